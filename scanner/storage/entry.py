@@ -110,3 +110,29 @@ def _hmac_checker(key: bytes):
         return hmac.compare_digest(h.digest(), entry[32:52])
 
     return check
+
+
+def digest_of(digest_type: DigestType, password: bytes, header: bytes, payload: bytes) -> bytes:
+    """The digest bytes a BookKeeper client stores between ``header`` (32 bytes) and ``payload``."""
+    digest_type = DigestType(digest_type)
+    if digest_type is DigestType.CRC32:
+        return _CRC32_DIGEST.pack(zlib.crc32(payload, zlib.crc32(header)))
+    if digest_type is DigestType.CRC32C:
+        return _CRC32C_DIGEST.pack(_crc32c.crc32c(payload, _crc32c.crc32c(header)))
+    if digest_type is DigestType.HMAC:
+        return hmac.new(mac_key(password), header + payload, hashlib.sha1).digest()
+    return b""
+
+
+def build_entry(
+    ledger_id: int,
+    entry_id: int,
+    last_add_confirmed: int,
+    length: int,
+    payload: bytes,
+    digest_type: DigestType,
+    password: bytes = b"",
+) -> bytes:
+    """The stored bytes of an entry, as a BookKeeper client sends them (for sample data and tests)."""
+    header = HEADER.pack(ledger_id, entry_id, last_add_confirmed, length)
+    return header + digest_of(digest_type, password, header, payload) + payload

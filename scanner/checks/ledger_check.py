@@ -1,0 +1,159 @@
+"""BP-24 conditions for one ledger: what this bookie must hold versus what its index and logs show.
+
+Pure: the scan gathers the evidence (index contents, records that did not read back), this module
+judges it against the ledger's metadata.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from scanner.checks.findings import Category, Finding, count_in_ranges, to_ranges
+from scanner.metadata.ledger import Fragment, LedgerMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFault:
+    """An entry the local index lists whose record did not read back as that entry."""
+
+    entry_id: int
+    entry_log: int | None
+    offset: int | None
+    lost: bool  # True: record gone, cut or unreadable; False: record there but wrong (digest, header)
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEvidence:
+    """What one bookie's storage shows of one ledger."""
+
+    ledger_id: int
+    indexed: Sequence[int] | None  # entry ids in the local index, ascending; None = no index for the ledger
+    faults: tuple[RecordFault, ...] = ()
+    # Only gathered when the index is missing: entries whose records still sit in the entry logs.
+    logged_entries: Sequence[int] = ()
+    logged_in: tuple[int, ...] = field(default=())
+
+
+def judge_ledger(meta: LedgerMetadata | None, bookie_id: str, evidence: LedgerEvidence) -> list[Finding]:
+    """Findings for one ledger on the bookie ``bookie_id``."""
+    if meta is None:
+        return _orphan(evidence)
+    fragments = [f for f in meta.fragments() if f.bookie_index(bookie_id) is not None]
+    findings = _damaged_records(fragments, bookie_id, evidence)
+    required = _required_entries(fragments, bookie_id)
+    if evidence.indexed is None:
+        if required:
+            findings.append(_missing_ledger(meta, required, evidence))
+        return findings
+    indexed = set(evidence.indexed)
+    missing = [e for e in required if e not in indexed]
+    if missing:
+        findings.append(_missing_entries(meta, fragments, bookie_id, missing))
+    return findings
+
+
+def _judged(fragment: Fragment) -> bool:
+    # An OPEN / IN_RECOVERY ledger's last fragment has no known end: the writer may still add to it.
+    return fragment.last_entry_id is not None
+
+
+def _required_entries(fragments: list[Fragment], bookie_id: str) -> list[int]:
+    required: list[int] = []
+    for fragment in fragments:
+        if _judged(fragment):
+            required.extend(fragment.entries_of(fragment.bookie_index(bookie_id)))
+    return required
+
+
+def _fragment_of(fragments: list[Fragment], entry_id: int) -> Fragment | None:
+    for fragment in reversed(fragments):
+        if entry_id >= fragment.first_entry_id:
+            if fragment.last_entry_id is not None and entry_id > fragment.last_entry_id:
+                return None
+            return fragment
+    return None
+
+
+def _owed(fragments: list[Fragment], bookie_id: str, entry_id: int) -> bool:
+    """Whether this bookie is in the write set of ``entry_id`` (an unjudged open fragment included)."""
+    fragment = _fragment_of(fragments, entry_id)
+    return fragment is not None and fragment.holds(fragment.bookie_index(bookie_id), entry_id)
+
+
+def _damaged_records(fragments: list[Fragment], bookie_id: str, evidence: LedgerEvidence) -> list[Finding]:
+    # A fault in a copy the ledger no longer needs (past the last entry, an old ensemble) is not damage.
+    lost_by_log: dict[int | None, list[RecordFault]] = defaultdict(list)
+    findings: list[Finding] = []
+    for fault in evidence.faults:
+        if not _owed(fragments, bookie_id, fault.entry_id):
+            continue
+        if fault.lost:
+            lost_by_log[fault.entry_log].append(fault)
+        else:
+            findings.append(
+                Finding(
+                    Category.CORRUPT_ENTRY,
+                    evidence.ledger_id,
+                    ((fault.entry_id, fault.entry_id),),
+                    fault.entry_log,
+                    fault.offset,
+                    f"entry {fault.entry_id}: {fault.reason}",
+                )
+            )
+    for entry_log, faults in lost_by_log.items():
+        faults.sort(key=lambda f: f.entry_id)
+        ranges = to_ranges(f.entry_id for f in faults)
+        findings.append(
+            Finding(
+                Category.LOST_ENTRY,
+                evidence.ledger_id,
+                ranges,
+                entry_log,
+                faults[0].offset,
+                f"the index lists {count_in_ranges(ranges)} entries whose records are gone or unreadable "
+                f"(first: entry {faults[0].entry_id}: {faults[0].reason}); this bookie would answer "
+                "reads of them with errors while its index claims them",
+            )
+        )
+    return findings
+
+
+def _missing_ledger(meta: LedgerMetadata, required: list[int], evidence: LedgerEvidence) -> Finding:
+    ranges = to_ranges(required)
+    detail = f"no local index for ledger {meta.ledger_id}; the metadata places {len(required)} entries on this bookie"
+    still_logged = set(evidence.logged_entries).intersection(required)
+    if still_logged:
+        logs = ", ".join(str(i) for i in sorted(evidence.logged_in))
+        detail += (
+            f"; {len(still_logged)} of them still sit in entry log(s) {logs}: rebuilding the index "
+            "would restore them without re-replication"
+        )
+    return Finding(Category.MISSING_LEDGER, meta.ledger_id, ranges, None, None, detail)
+
+
+def _missing_entries(meta: LedgerMetadata, fragments: list[Fragment], bookie_id: str, missing: list[int]) -> Finding:
+    ranges = to_ranges(missing)
+    spans = sorted({f.index for e in missing for f in [_fragment_of(fragments, e)] if f is not None})
+    detail = (
+        f"{len(missing)} entries the write sets assign to {bookie_id} are not in the local index "
+        f"(ensemble segment(s) {', '.join(str(i) for i in spans)} of {len(meta.segments)})"
+    )
+    return Finding(Category.MISSING_ENTRY, meta.ledger_id, ranges, None, None, detail)
+
+
+def _orphan(evidence: LedgerEvidence) -> list[Finding]:
+    if evidence.indexed is None and not evidence.logged_entries:
+        return []
+    parts = []
+    if evidence.indexed is not None:
+        parts.append(f"{len(evidence.indexed)} entries in the local index")
+    if evidence.logged_entries:
+        parts.append(f"{len(evidence.logged_entries)} records in entry logs")
+    unreadable = sum(1 for f in evidence.faults if f.lost)
+    if unreadable:
+        parts.append(f"{unreadable} indexed records unreadable")
+    detail = "no ledger metadata (deleted): " + ", ".join(parts) + "; garbage collection will reclaim it"
+    return [Finding(Category.ORPHAN_LEDGER, evidence.ledger_id, None, None, None, detail)]
