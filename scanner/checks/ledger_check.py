@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from scanner.checks.findings import Category, Finding, count_in_ranges, to_ranges
 from scanner.metadata.ledger import Fragment, LedgerMetadata
@@ -40,9 +40,9 @@ class LedgerEvidence:
 def judge_ledger(meta: LedgerMetadata | None, bookie_id: str, evidence: LedgerEvidence) -> list[Finding]:
     """Findings for one ledger on the bookie ``bookie_id``."""
     if meta is None:
-        return _orphan(evidence)
-    fragments = [f for f in meta.fragments() if f.bookie_index(bookie_id) is not None]
-    findings = _damaged_records(fragments, bookie_id, evidence)
+        return []  # a deleted ledger: its leftovers are reported once, by orphan_finding
+    fragments = _own_fragments(meta, bookie_id)
+    findings = _damaged_records(fragments, bookie_id, evidence.ledger_id, evidence.faults)
     required = _required_entries(fragments, bookie_id)
     if evidence.indexed is None:
         if required:
@@ -53,6 +53,35 @@ def judge_ledger(meta: LedgerMetadata | None, bookie_id: str, evidence: LedgerEv
     if missing:
         findings.append(_missing_entries(meta, fragments, bookie_id, missing))
     return findings
+
+
+def judge_record_faults(
+    meta: LedgerMetadata | None, bookie_id: str, ledger_id: int, faults: tuple[RecordFault, ...]
+) -> list[Finding]:
+    """Findings for records of one ledger that failed their digest or header check in an entry-log walk."""
+    if meta is None:
+        return []
+    return _damaged_records(_own_fragments(meta, bookie_id), bookie_id, ledger_id, faults)
+
+
+def orphan_finding(ledger_id: int, indexed: int | None, unreadable: int, logs: Iterable[int]) -> Finding | None:
+    """The informational finding for data of a ledger the metadata no longer has."""
+    logs = sorted(logs)
+    parts = []
+    if indexed is not None:
+        parts.append(f"{indexed} entries in the local index")
+    if logs:
+        parts.append("records in entry log(s) " + ", ".join(str(i) for i in logs))
+    if unreadable:
+        parts.append(f"{unreadable} indexed records unreadable")
+    if not parts:
+        return None
+    detail = "no ledger metadata (deleted): " + "; ".join(parts) + "; garbage collection reclaims it"
+    return Finding(Category.ORPHAN_LEDGER, ledger_id, None, None, None, detail)
+
+
+def _own_fragments(meta: LedgerMetadata, bookie_id: str) -> list[Fragment]:
+    return [f for f in meta.fragments() if f.bookie_index(bookie_id) is not None]
 
 
 def _judged(fragment: Fragment) -> bool:
@@ -83,11 +112,13 @@ def _owed(fragments: list[Fragment], bookie_id: str, entry_id: int) -> bool:
     return fragment is not None and fragment.holds(fragment.bookie_index(bookie_id), entry_id)
 
 
-def _damaged_records(fragments: list[Fragment], bookie_id: str, evidence: LedgerEvidence) -> list[Finding]:
+def _damaged_records(
+    fragments: list[Fragment], bookie_id: str, ledger_id: int, faults: tuple[RecordFault, ...]
+) -> list[Finding]:
     # A fault in a copy the ledger no longer needs (past the last entry, an old ensemble) is not damage.
     lost_by_log: dict[int | None, list[RecordFault]] = defaultdict(list)
     findings: list[Finding] = []
-    for fault in evidence.faults:
+    for fault in faults:
         if not _owed(fragments, bookie_id, fault.entry_id):
             continue
         if fault.lost:
@@ -96,7 +127,7 @@ def _damaged_records(fragments: list[Fragment], bookie_id: str, evidence: Ledger
             findings.append(
                 Finding(
                     Category.CORRUPT_ENTRY,
-                    evidence.ledger_id,
+                    ledger_id,
                     ((fault.entry_id, fault.entry_id),),
                     fault.entry_log,
                     fault.offset,
@@ -109,7 +140,7 @@ def _damaged_records(fragments: list[Fragment], bookie_id: str, evidence: Ledger
         findings.append(
             Finding(
                 Category.LOST_ENTRY,
-                evidence.ledger_id,
+                ledger_id,
                 ranges,
                 entry_log,
                 faults[0].offset,
@@ -142,18 +173,3 @@ def _missing_entries(meta: LedgerMetadata, fragments: list[Fragment], bookie_id:
         f"(ensemble segment(s) {', '.join(str(i) for i in spans)} of {len(meta.segments)})"
     )
     return Finding(Category.MISSING_ENTRY, meta.ledger_id, ranges, None, None, detail)
-
-
-def _orphan(evidence: LedgerEvidence) -> list[Finding]:
-    if evidence.indexed is None and not evidence.logged_entries:
-        return []
-    parts = []
-    if evidence.indexed is not None:
-        parts.append(f"{len(evidence.indexed)} entries in the local index")
-    if evidence.logged_entries:
-        parts.append(f"{len(evidence.logged_entries)} records in entry logs")
-    unreadable = sum(1 for f in evidence.faults if f.lost)
-    if unreadable:
-        parts.append(f"{unreadable} indexed records unreadable")
-    detail = "no ledger metadata (deleted): " + ", ".join(parts) + "; garbage collection will reclaim it"
-    return [Finding(Category.ORPHAN_LEDGER, evidence.ledger_id, None, None, None, detail)]

@@ -1,0 +1,288 @@
+"""One bookie checked against the cluster's metadata: the I/O half of BP-24's scan.
+
+Two steps, as BP-24 lays them out: ``scan_ledger`` (conditions 1 and 2, and whether every record
+the index points to is still there) and ``scan_entry_log`` (condition 3: every record's digest).
+The judgement itself is in ``scanner.checks``; this module reads, paces and collects.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol
+
+from scanner.checks.entry_log_check import judge_entry_log
+from scanner.checks.findings import Category, Finding
+from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults
+from scanner.metadata.ledger import LedgerMetadata
+from scanner.storage.bookie import BookieStorage, EntryLogFile
+from scanner.storage.entry import DigestVerifier
+from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog, WrongEntry
+
+log = logging.getLogger(__name__)
+
+# How often a ledger's metadata may change under one judgement before we report what we have.
+MAX_REJUDGEMENTS = 3
+OPEN_LOG_CACHE = 32
+
+
+class Pacer(Protocol):
+    def take_bytes(self, n: int) -> object: ...
+    def take_entries(self, n: int) -> object: ...
+
+
+class Unpaced:
+    def take_bytes(self, n: int) -> None:
+        return None
+
+    def take_entries(self, n: int) -> None:
+        return None
+
+
+@dataclass
+class ScanTotals:
+    ledgers_checked: int = 0
+    entry_logs_scanned: int = 0
+    entries_verified: int = 0
+    bytes_scanned: int = 0
+
+
+@dataclass
+class _Orphan:
+    indexed: int | None = None
+    unreadable: int = 0
+    logs: set[int] = field(default_factory=set)
+
+
+class BookieScanner:
+    """Scans one bookie's storage against a metadata store; reusable step by step by the agent."""
+
+    def __init__(self, storage: BookieStorage, store, bookie_id: str, pacer: Pacer | None = None,
+                 progress: Callable[[str, int], None] | None = None):
+        self.storage = storage
+        self.store = store
+        self.bookie_id = bookie_id
+        self.pacer = pacer or Unpaced()
+        self.progress = progress or (lambda what, n: None)
+        self.totals = ScanTotals()
+        self._metadata: dict[int, LedgerMetadata | None] = {}
+        self._verifiers: dict[int, DigestVerifier | None] = {}
+        self._logs: OrderedDict[str, EntryLog] = OrderedDict()
+        self._orphans: dict[int, _Orphan] = defaultdict(_Orphan)
+
+    def close(self) -> None:
+        for entry_log in self._logs.values():
+            entry_log.close()
+        self._logs.clear()
+
+    def __enter__(self) -> "BookieScanner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- which ledgers ------------------------------------------------------------------------
+
+    def ledgers_to_check(self) -> Iterable[int]:
+        """Every ledger the local index knows, then every ledger the metadata places on this bookie."""
+        local = set(self.storage.ledger_ids())
+        yield from sorted(local)
+        for ledger_id in self.store.ledger_ids():
+            if ledger_id in local:
+                continue
+            meta = self._fetch(ledger_id)
+            if meta is not None and any(self.bookie_id in bookies for _, bookies in meta.segments):
+                yield ledger_id
+
+    # -- step 1: a ledger ---------------------------------------------------------------------
+
+    def scan_ledger(self, ledger_id: int) -> list[Finding]:
+        """Conditions 1 and 2 plus the index-to-record check for one ledger (record headers only)."""
+        self.totals.ledgers_checked += 1
+        evidence = self._ledger_evidence(ledger_id)
+        meta = self._metadata.get(ledger_id) if ledger_id in self._metadata else self._fetch(ledger_id)
+        for _ in range(MAX_REJUDGEMENTS):
+            findings = judge_ledger(meta, self.bookie_id, evidence)
+            if not any(not f.category.informational for f in findings):
+                break
+            # BP-34's rule: the metadata may have moved on while we read; judge again on the fresh copy.
+            fresh = self._fetch(ledger_id)
+            if fresh == meta:
+                break
+            meta = fresh
+        if meta is None:
+            orphan = self._orphans[ledger_id]
+            orphan.indexed = None if evidence.indexed is None else len(evidence.indexed)
+            orphan.unreadable = sum(1 for f in evidence.faults if f.lost)
+            return []
+        if evidence.indexed is None and any(f.category is Category.MISSING_LEDGER for f in findings):
+            evidence = self._with_logged_records(evidence)
+            findings = judge_ledger(meta, self.bookie_id, evidence)
+        return findings
+
+    def _ledger_evidence(self, ledger_id: int) -> LedgerEvidence:
+        indexed: list[int] = []
+        faults: list[RecordFault] = []
+        locations = self.storage.locations(ledger_id)
+        if locations is None:
+            return LedgerEvidence(ledger_id, None)
+        for entry_id, location in locations:
+            indexed.append(entry_id)
+            self.pacer.take_entries(1)
+            fault = self._check_record(ledger_id, entry_id, location)
+            if fault is not None:
+                faults.append(fault)
+        return LedgerEvidence(ledger_id, indexed, tuple(faults))
+
+    def _check_record(self, ledger_id: int, entry_id: int, location) -> RecordFault | None:
+        try:
+            entry_log = self._open_log(self.storage.entry_log_path(ledger_id, location.entry_log_id),
+                                       location.entry_log_id)
+            entry_log.read_entry(location.pos, ledger_id, entry_id)
+        except WrongEntry as exc:
+            return RecordFault(entry_id, location.entry_log_id, location.pos, False, str(exc))
+        except EntryLogError as exc:
+            return RecordFault(entry_id, location.entry_log_id, location.pos, True, str(exc))
+        return None
+
+    def _with_logged_records(self, evidence: LedgerEvidence) -> LedgerEvidence:
+        """For a ledger without index: which of its records still sit in the entry logs."""
+        entries: set[int] = set()
+        logs: set[int] = set()
+        for log_file in self.storage.entry_logs_of(evidence.ledger_id):
+            entry_log = self._open_log(log_file.path, log_file.entry_log_id)
+            for record in entry_log.records(pace=self.pacer.take_bytes):
+                if record.ledger_id == evidence.ledger_id:
+                    entries.add(record.entry_id)
+                    logs.add(log_file.entry_log_id)
+        return LedgerEvidence(evidence.ledger_id, None, evidence.faults, sorted(entries), tuple(sorted(logs)))
+
+    # -- step 2: an entry log -----------------------------------------------------------------
+
+    def scan_entry_log(self, log_file: EntryLogFile, start: int | None = None) -> list[Finding]:
+        """Condition 3 for every record of one entry log, plus file-level damage."""
+        try:
+            entry_log = self._open_log(log_file.path, log_file.entry_log_id)
+        except MissingEntryLog:
+            return []  # garbage collection removed it after we listed it: nothing to judge
+        self.totals.entry_logs_scanned += 1
+        faults: dict[int, list[RecordFault]] = defaultdict(list)
+        for failure in entry_log.verify_records(self._verifier_for, start=start, pace=self.pacer.take_bytes):
+            if self._is_live_copy(failure.ledger_id, failure.entry_id, log_file, failure.pos):
+                faults[failure.ledger_id].append(
+                    RecordFault(failure.entry_id, log_file.entry_log_id, failure.pos, False, failure.reason))
+        stats = entry_log.stats
+        self.totals.entries_verified += stats.entries_verified
+        self.totals.bytes_scanned += stats.bytes_scanned
+        for ledger_id in stats.ledgers_seen:
+            if self._fetch_cached(ledger_id) is None:
+                self._orphans[ledger_id].logs.add(log_file.entry_log_id)
+        findings = judge_entry_log(log_file.entry_log_id, entry_log.problems, self._is_newest(log_file))
+        for ledger_id, ledger_faults in faults.items():
+            findings.extend(self._judge_faults(ledger_id, ledger_faults))
+        return findings
+
+    def _judge_faults(self, ledger_id: int, faults: list[RecordFault]) -> list[Finding]:
+        meta = self._fetch_cached(ledger_id)
+        findings = judge_record_faults(meta, self.bookie_id, ledger_id, tuple(faults))
+        fresh = self._fetch(ledger_id) if findings else meta
+        if fresh != meta:
+            findings = judge_record_faults(fresh, self.bookie_id, ledger_id, tuple(faults))
+        return findings
+
+    def _is_live_copy(self, ledger_id: int, entry_id: int, log_file: EntryLogFile, pos: int) -> bool:
+        # Compaction leaves stale copies behind; only the copy the index points to is served.
+        location = self.storage.location(ledger_id, entry_id)
+        return location is not None and location.entry_log_id == log_file.entry_log_id and location.pos == pos
+
+    def _is_newest(self, log_file: EntryLogFile) -> bool:
+        same_dir = [f.entry_log_id for f in self.storage.entry_logs() if f.ledger_dir_index == log_file.ledger_dir_index]
+        return log_file.entry_log_id == max(same_dir)
+
+    def orphan_findings(self) -> list[Finding]:
+        """Informational findings for data of ledgers the metadata no longer has (after both steps)."""
+        findings = []
+        for ledger_id in sorted(self._orphans):
+            orphan = self._orphans[ledger_id]
+            parts = []
+            if orphan.indexed is not None:
+                parts.append(f"{orphan.indexed} entries in the local index")
+            if orphan.logs:
+                parts.append("records in entry log(s) " + ", ".join(str(i) for i in sorted(orphan.logs)))
+            if orphan.unreadable:
+                parts.append(f"{orphan.unreadable} indexed records unreadable")
+            detail = "no ledger metadata (deleted): " + "; ".join(parts) + "; garbage collection reclaims it"
+            findings.append(Finding(Category.ORPHAN_LEDGER, ledger_id, None, None, None, detail))
+        return findings
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _fetch(self, ledger_id: int) -> LedgerMetadata | None:
+        meta = self.store.ledger(ledger_id)
+        self._metadata[ledger_id] = meta
+        self._verifiers.pop(ledger_id, None)
+        return meta
+
+    def _fetch_cached(self, ledger_id: int) -> LedgerMetadata | None:
+        if ledger_id in self._metadata:
+            return self._metadata[ledger_id]
+        return self._fetch(ledger_id)
+
+    def _verifier_for(self, ledger_id: int) -> DigestVerifier | None:
+        if ledger_id not in self._verifiers:
+            meta = self._fetch_cached(ledger_id)
+            if meta is None or meta.digest_type is None:
+                self._verifiers[ledger_id] = None
+            else:
+                self._verifiers[ledger_id] = DigestVerifier(meta.digest_type, meta.password or b"")
+        return self._verifiers[ledger_id]
+
+    def _open_log(self, path, entry_log_id: int) -> EntryLog:
+        key = str(path)
+        entry_log = self._logs.get(key)
+        if entry_log is None:
+            entry_log = EntryLog(path, entry_log_id)
+            self._logs[key] = entry_log
+            if len(self._logs) > OPEN_LOG_CACHE:
+                self._logs.popitem(last=False)[1].close()
+        else:
+            self._logs.move_to_end(key)
+        return entry_log
+
+
+def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
+                ledgers: list[int] | None = None, entry_logs: list[int] | None = None,
+                pacer: Pacer | None = None, progress=None) -> ScanReport:
+    """A whole on-demand scan: every ledger, then every entry log (or only those asked for)."""
+    report = ScanReport(bookie_id, storage_kind)
+    with BookieScanner(storage, store, bookie_id, pacer) as scanner:
+        if ledgers is not None or entry_logs is None:
+            if progress:
+                progress.start("ledgers", len(ledgers) if ledgers else 0, "ledgers")
+            for ledger_id in (ledgers if ledgers is not None else scanner.ledgers_to_check()):
+                report.findings.extend(scanner.scan_ledger(ledger_id))
+                if progress:
+                    progress.advance(1)
+        log_files = storage.entry_logs()
+        if entry_logs is not None:
+            log_files = [f for f in log_files if f.entry_log_id in entry_logs]
+        elif ledgers is not None:
+            wanted = {f.entry_log_id for ledger_id in ledgers for f in storage.entry_logs_of(ledger_id)}
+            log_files = [f for f in log_files if f.entry_log_id in wanted]
+            scanner.restrict_digests_to(ledgers)
+        if progress:
+            progress.start("entry logs", sum(f.size for f in log_files), "B")
+        for log_file in log_files:
+            report.findings.extend(scanner.scan_entry_log(log_file))
+            if progress:
+                progress.advance(log_file.size)
+        report.findings.extend(scanner.orphan_findings())
+        if progress:
+            progress.finish()
+        totals = scanner.totals
+    report.ledgers_checked = totals.ledgers_checked
+    report.entry_logs_scanned = totals.entry_logs_scanned
+    report.entries_verified = totals.entries_verified
+    report.bytes_scanned = totals.bytes_scanned
+    return report

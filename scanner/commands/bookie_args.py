@@ -1,0 +1,60 @@
+"""Command-line options that say which bookie to read and which metadata to read it against."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from scanner.cli import UsageError
+
+
+def add_bookie_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the bookie (read-only)")
+    group.add_argument("--bookie-conf", metavar="FILE", type=Path,
+                       help="the bookie's bk_server.conf: ledger/index dirs, storage class, bookie id and "
+                            "metadata service are taken from it")
+    group.add_argument("--ledger-dirs", metavar="DIR[,DIR]",
+                       help="ledger directories (override ledgerDirectories), in the bookie's configured order")
+    group.add_argument("--index-dirs", metavar="DIR[,DIR]", help="index directories (override indexDirectories)")
+    group.add_argument("--storage", choices=("interleaved", "sorted", "db"),
+                       help="ledger storage (override ledgerStorageClass)")
+    group.add_argument("--bookie-id", metavar="ID",
+                       help="this bookie's id as ensembles name it (default: the cookie's bookieHost)")
+
+
+def add_metadata_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metadata", metavar="URI",
+        help="ledger metadata: zk://HOST:PORT[,HOST:PORT]/ROOT, BookKeeper's zk+hierarchical://HOST:PORT;HOST:PORT/ROOT, "
+             "or file:PATH for a dump written by 'bookie-scanner metadata dump' "
+             "(default: the conf's metadataServiceUri, or zkServers + zkLedgersRootPath)")
+
+
+def _dirs(value: str | None) -> tuple[Path, ...] | None:
+    return None if value is None else tuple(Path(d) for d in value.split(",") if d)
+
+
+def bookie_layout(args):
+    """The bookie's layout from --bookie-conf and the overrides; a UsageError says what to fix."""
+    from scanner.storage.layout import LayoutError, discover_layout
+
+    if args.bookie_conf is None and args.ledger_dirs is None:
+        raise UsageError("say which bookie: --bookie-conf FILE (its bk_server.conf) or --ledger-dirs DIR")
+    try:
+        return discover_layout(args.bookie_conf, ledger_dirs=_dirs(args.ledger_dirs), index_dirs=_dirs(args.index_dirs),
+                               storage=args.storage, bookie_id=args.bookie_id)
+    except LayoutError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def metadata_store(args, layout=None):
+    """The metadata store named by --metadata, or by the bookie's conf; a UsageError says what to fix."""
+    from scanner.metadata.uri import MetadataError, metadata_uri_from_conf, open_metadata
+
+    uri = args.metadata or (metadata_uri_from_conf(layout.conf) if layout is not None else None)
+    if not uri:
+        raise UsageError("no metadata service: pass --metadata zk://HOST:PORT/ledgers or --metadata file:DUMP.json")
+    try:
+        return open_metadata(uri)
+    except MetadataError as exc:
+        raise UsageError(str(exc)) from None

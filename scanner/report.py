@@ -1,0 +1,80 @@
+"""The scan report: JSON for machines, text for people, and the exit status that goes with it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from scanner.checks.findings import Category, Finding, count_in_ranges
+
+EXIT_CLEAN = 0
+EXIT_FINDINGS = 1
+
+
+@dataclass
+class ScanReport:
+    bookie_id: str
+    storage: str
+    ledgers_checked: int = 0
+    entry_logs_scanned: int = 0
+    entries_verified: int = 0
+    bytes_scanned: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return dict(sorted(Counter(f.category.value for f in self.findings).items()))
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_FINDINGS if any(not f.category.informational for f in self.findings) else EXIT_CLEAN
+
+    def to_json(self) -> dict:
+        return {
+            "bookie_id": self.bookie_id,
+            "storage": self.storage,
+            "summary": {
+                "ledgers_checked": self.ledgers_checked,
+                "entry_logs_scanned": self.entry_logs_scanned,
+                "entries_verified": self.entries_verified,
+                "bytes_scanned": self.bytes_scanned,
+                "findings": self.counts(),
+            },
+            "findings": [f.to_json() for f in _ordered(self.findings)],
+        }
+
+    def to_text(self) -> str:
+        lines = [
+            f"bookie {self.bookie_id} ({self.storage} storage)",
+            f"  ledgers checked     {self.ledgers_checked}",
+            f"  entry logs scanned  {self.entry_logs_scanned}",
+            f"  entries verified    {self.entries_verified}",
+            f"  bytes scanned       {self.bytes_scanned}",
+        ]
+        if not self.findings:
+            lines.append("no findings: every entry this bookie owes is present and verifies")
+            return "\n".join(lines) + "\n"
+        lines.append("findings: " + ", ".join(f"{k} {v}" for k, v in self.counts().items()))
+        for finding in _ordered(self.findings):
+            where = []
+            if finding.ledger_id is not None:
+                where.append(f"ledger {finding.ledger_id}")
+            if finding.entries:
+                shown = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in finding.entries[:8])
+                more = "" if len(finding.entries) <= 8 else f", ... ({count_in_ranges(finding.entries)} in all)"
+                where.append(f"entries {shown}{more}")
+            if finding.entry_log is not None:
+                where.append(f"entry log {finding.entry_log} ({finding.entry_log:x}.log)")
+            if finding.offset is not None:
+                where.append(f"offset {finding.offset}")
+            lines.append(f"  {finding.category.value:<18} {' '.join(where)}")
+            lines.append(f"  {'':<18} {finding.detail}")
+        return "\n".join(lines) + "\n"
+
+
+def _ordered(findings: list[Finding]) -> list[Finding]:
+    severity = {c: i for i, c in enumerate(Category)}
+    return sorted(
+        findings,
+        key=lambda f: (severity[f.category], f.ledger_id if f.ledger_id is not None else -1,
+                       f.entry_log if f.entry_log is not None else -1, f.offset or 0),
+    )
