@@ -1,0 +1,254 @@
+"""BP-34's condensed list of the entries a bookie holds for one ledger (``AvailabilityOfEntriesOfLedger``).
+
+Bytes: a 64-byte header (``>i`` version 0, ``>i`` group count, zeros), then 24 bytes per sequence
+group (``>q`` firstSequenceStart, ``>q`` lastSequenceStart, ``>i`` sequenceSize, ``>i`` sequencePeriod).
+A group holds the sequences of ``size`` consecutive entries starting at first, first + period, ..., last.
+
+A run is an inclusive ``(first, last)`` pair of entry ids. Runs are *canonical* when they are
+ascending, disjoint and never adjacent; the run operations below take and return canonical runs.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+HEADER_SIZE = 64
+HEADER_VERSION = 0
+GROUP_SIZE = 24
+MAX_ENTRY_ID = 2**63 - 1
+MAX_SEQUENCE_SIZE = 2**31 - 1
+_HEADER = struct.Struct(">ii")
+_GROUP = struct.Struct(">qqii")
+
+Run = tuple[int, int]
+
+
+class AvailabilityError(ValueError):
+    """Entry availability that cannot be built or read."""
+
+
+class InvalidEntries(AvailabilityError):
+    """Entry ids or runs from a caller that are negative, reversed or out of order."""
+
+
+class MalformedAvailability(AvailabilityError):
+    """Encoded availability bytes that break the format."""
+
+    def __init__(self, source: str, offset: int, problem: str):
+        super().__init__(f"{source}: offset {offset}: {problem}")
+        self.source = source
+        self.offset = offset
+        self.problem = problem
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceGroup:
+    first_sequence_start: int
+    last_sequence_start: int
+    sequence_size: int
+    sequence_period: int
+
+    @property
+    def last_entry_id(self) -> int:
+        return self.last_sequence_start + self.sequence_size - 1
+
+    @property
+    def entry_count(self) -> int:
+        span = self.last_sequence_start - self.first_sequence_start
+        sequences = span // self.sequence_period + 1 if span else 1
+        return sequences * self.sequence_size
+
+    def __contains__(self, entry_id: int) -> bool:
+        if not self.first_sequence_start <= entry_id <= self.last_entry_id:
+            return False
+        offset = entry_id - self.first_sequence_start
+        if self.sequence_period:
+            offset %= self.sequence_period
+        return offset < self.sequence_size
+
+    def runs(self) -> Iterator[Run]:
+        """The group's sequences as runs, ascending."""
+        step = self.sequence_period or 1  # period 0 means a single sequence
+        for start in range(self.first_sequence_start, self.last_sequence_start + 1, step):
+            yield start, start + self.sequence_size - 1
+
+
+def _group_problem(group: SequenceGroup) -> str | None:
+    first, last = group.first_sequence_start, group.last_sequence_start
+    size, period = group.sequence_size, group.sequence_period
+    if first < 0:
+        return f"firstSequenceStart {first} is negative"
+    if size < 1:
+        return f"sequenceSize {size} is not positive"
+    if period < 0:
+        return f"sequencePeriod {period} is negative"
+    if last < first:
+        return f"lastSequenceStart {last} is below firstSequenceStart {first}"
+    if last != first:
+        if period == 0:
+            return f"sequences start at {first} and {last} but sequencePeriod is 0"
+        if (last - first) % period:
+            return f"lastSequenceStart {last} is not firstSequenceStart {first} plus a multiple of period {period}"
+        if period <= size:
+            return f"sequencePeriod {period} <= sequenceSize {size}: the group's sequences touch or overlap"
+    if last > MAX_ENTRY_ID - size + 1:
+        return f"the group ends past the largest entry id {MAX_ENTRY_ID}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class EntryAvailability:
+    """Which entries of one ledger a bookie holds, as ascending, disjoint sequence groups."""
+
+    groups: tuple[SequenceGroup, ...] = ()
+
+    def __post_init__(self) -> None:
+        previous_last = -1
+        for index, group in enumerate(self.groups):
+            problem = _group_problem(group)
+            if problem is None and group.first_sequence_start <= previous_last:
+                problem = (f"group starts at {group.first_sequence_start}, "
+                           f"not after the previous group's last entry {previous_last}")
+            if problem is not None:
+                raise MalformedAvailability("sequence groups", HEADER_SIZE + GROUP_SIZE * index,
+                                            f"group {index}: {problem}")
+            previous_last = group.last_entry_id
+
+    @classmethod
+    def from_runs(cls, runs: Iterable[Run]) -> EntryAvailability:
+        """Groups for runs given in ascending order of their first entry, exactly as BookKeeper's builder makes them.
+
+        Each maximal run becomes one group with period 0 (BookKeeper never merges runs into periodic
+        groups); a run longer than a 32-bit sequence size is split across several groups.
+        """
+        groups = []
+        for first, last in _coalesce(runs):
+            while first <= last:
+                size = min(last - first + 1, MAX_SEQUENCE_SIZE)
+                groups.append(SequenceGroup(first, first, size, 0))
+                first += size
+        return cls(tuple(groups))
+
+    @classmethod
+    def from_entry_ids(cls, entry_ids: Iterable[int]) -> EntryAvailability:
+        """Groups for ascending entry ids (repeats allowed), streamed: memory grows with groups, not entries."""
+        return cls.from_runs((entry_id, entry_id) for entry_id in entry_ids)
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, source: str = "availability bytes") -> EntryAvailability:
+        """Parse the ``AvailabilityOfEntriesOfLedger`` bytes; ``source`` names them in errors."""
+        view = memoryview(data).cast("B")
+        if len(view) < HEADER_SIZE:
+            raise MalformedAvailability(source, 0, f"expected a {HEADER_SIZE}-byte header, got {len(view)} bytes")
+        version, count = _HEADER.unpack_from(view, 0)
+        if version != HEADER_VERSION:
+            raise MalformedAvailability(source, 0, f"expected header version {HEADER_VERSION}, got {version}")
+        if count < 0:
+            raise MalformedAvailability(source, 4, f"expected a non-negative group count, got {count}")
+        expected = HEADER_SIZE + GROUP_SIZE * count
+        if len(view) != expected:
+            raise MalformedAvailability(source, 4, f"{count} groups need exactly {expected} bytes, got {len(view)}")
+        # the reserved header bytes are ignored, as BookKeeper's reader does
+        groups = tuple(SequenceGroup(*fields) for fields in _GROUP.iter_unpack(view[HEADER_SIZE:]))
+        try:
+            return cls(groups)
+        except MalformedAvailability as error:
+            raise MalformedAvailability(source, error.offset, error.problem) from None
+
+    def encode(self) -> bytes:
+        """The ``AvailabilityOfEntriesOfLedger`` bytes."""
+        out = bytearray(HEADER_SIZE + GROUP_SIZE * len(self.groups))
+        _HEADER.pack_into(out, 0, HEADER_VERSION, len(self.groups))
+        for index, group in enumerate(self.groups):
+            _GROUP.pack_into(out, HEADER_SIZE + GROUP_SIZE * index, group.first_sequence_start,
+                             group.last_sequence_start, group.sequence_size, group.sequence_period)
+        return bytes(out)
+
+    @property
+    def entry_count(self) -> int:
+        return sum(group.entry_count for group in self.groups)
+
+    def __contains__(self, entry_id: int) -> bool:
+        index = bisect_right(self.groups, entry_id, key=_group_start) - 1
+        return index >= 0 and entry_id in self.groups[index]
+
+    def runs(self) -> Iterator[Run]:
+        """Canonical runs of the entries held (adjacent groups joined)."""
+        return _coalesce(run for group in self.groups for run in group.runs())
+
+
+def _group_start(group: SequenceGroup) -> int:
+    return group.first_sequence_start
+
+
+def _coalesce(runs: Iterable[Run]) -> Iterator[Run]:
+    """Canonical runs from runs ascending by first entry; overlapping or adjacent ones are joined."""
+    current_first = current_last = None
+    for first, last in runs:
+        if not 0 <= first <= last <= MAX_ENTRY_ID:
+            raise InvalidEntries(f"run ({first}, {last}): expected 0 <= first <= last <= {MAX_ENTRY_ID}")
+        if current_first is None:
+            current_first, current_last = first, last
+        elif first < current_first:
+            raise InvalidEntries(f"run ({first}, {last}) comes after a run starting at {current_first}: "
+                                 "expected ascending order")
+        elif first <= current_last + 1:
+            current_last = max(current_last, last)
+        else:
+            yield current_first, current_last
+            current_first, current_last = first, last
+    if current_first is not None:
+        yield current_first, current_last
+
+
+def merge_runs(runs: Iterable[Run]) -> tuple[Run, ...]:
+    """Canonical form of runs in any order: sorted, with overlapping and adjacent runs joined."""
+    return tuple(_coalesce(sorted(runs)))
+
+
+def clip_runs(runs: Sequence[Run], first: int, last: int) -> tuple[Run, ...]:
+    """The part of canonical ``runs`` inside the inclusive range [first, last]."""
+    clipped = []
+    for index in range(bisect_left(runs, first, key=_run_last), len(runs)):
+        run_first, run_last = runs[index]
+        if run_first > last:
+            break
+        clipped.append((max(run_first, first), min(run_last, last)))
+    return tuple(clipped)
+
+
+def _run_last(run: Run) -> int:
+    return run[1]
+
+
+def subtract_runs(runs: Sequence[Run], removed: Sequence[Run]) -> tuple[Run, ...]:
+    """Entries of canonical ``runs`` that are not in canonical ``removed``."""
+    kept = []
+    start = 0
+    for first, last in runs:
+        while start < len(removed) and removed[start][1] < first:
+            start += 1
+        index = start
+        while first <= last and index < len(removed) and removed[index][0] <= last:
+            removed_first, removed_last = removed[index]
+            if removed_first > first:
+                kept.append((first, removed_first - 1))
+            first = max(first, removed_last + 1)
+            index += 1
+        if first <= last:
+            kept.append((first, last))
+    return tuple(kept)
+
+
+def gaps_in(runs: Sequence[Run], first: int, last: int) -> Iterator[Run]:
+    """Runs of the entries in [first, last] that canonical ``runs`` miss."""
+    cursor = first
+    for run_first, run_last in clip_runs(runs, first, last):
+        if run_first > cursor:
+            yield cursor, run_first - 1
+        cursor = run_last + 1
+    if cursor <= last:
+        yield cursor, last
