@@ -1,0 +1,179 @@
+"""DbLedgerStorage's indexes: the `ledgers` and `locations` RocksDBs of one ledger dir, opened read-only.
+
+``ledgers``: key ``>q ledgerId`` -> protobuf ``LedgerData``; negative keys are storage flags, not ledgers.
+``locations``: key ``>q ledgerId ‖ >q entryId`` -> ``>q`` encoded ``EntryLocation``. Both use the bytewise
+comparator, so non-negative ids iterate in ascending order.
+
+RocksDB and rocksdict both may write into the directory they open (an info ``LOG``,
+``rocksdict-config.json``), so a DB is opened through a directory of the scanner's own that holds
+symlinks to the bookie's immutable DB files only: never to ``LOG*`` or ``LOCK``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+from rocksdict import AccessType, Options, Rdict
+
+from scanner.storage.ledgerstate import LedgerState
+from scanner.storage.location import EntryLocation
+from scanner.storage.proto.db_ledger_storage_pb2 import LedgerData
+
+LEDGER_KEY = struct.Struct(">q")
+LOCATION_KEY = struct.Struct(">qq")
+LOCATION_VALUE = struct.Struct(">Q")
+LEDGERS_DB = "ledgers"
+LOCATIONS_DB = "locations"
+# files RocksDB only reads in a read-only open; WAL files share the .log suffix with nothing else here
+_DB_FILES = re.compile(r"CURRENT|IDENTITY|MANIFEST-\d+|OPTIONS-\d+|\d+\.(?:sst|log|blob)")
+_OPEN_ATTEMPTS = 3  # a live bookie may replace a file between listing the dir and opening it
+
+
+class DbIndexError(Exception):
+    """A DbLedgerStorage index that cannot be read as BookKeeper wrote it."""
+
+
+class DbOpenError(DbIndexError):
+    pass
+
+
+class MalformedDbRecord(DbIndexError):
+    pass
+
+
+class MisplacedLedger(DbIndexError):
+    pass
+
+
+class ReadOnlyRocksDb:
+    """One RocksDB opened read-only (a snapshot as of open) through symlinks in a directory of our own."""
+
+    def __init__(self, db_dir: Path, work_dir: Path):
+        self.path = Path(db_dir)
+        if not (self.path / "CURRENT").is_file():
+            raise DbOpenError(f"{self.path}: expected a RocksDB directory (with a CURRENT file), found none")
+        self._view = Path(tempfile.mkdtemp(prefix=f"{self.path.name}-", dir=work_dir))
+        try:
+            self._db = self._open()
+        except BaseException:
+            shutil.rmtree(self._view, ignore_errors=True)
+            raise
+
+    def _open(self) -> Rdict:
+        failure = None
+        for _ in range(_OPEN_ATTEMPTS):
+            self._link_db_files()
+            try:
+                # only the default column family: BookKeeper writes nothing else
+                return Rdict(str(self._view), options=Options(raw_mode=True), access_type=AccessType.read_only())
+            except Exception as error:  # rocksdict raises plain Exception for RocksDB errors
+                failure = error
+        raise DbOpenError(f"{self.path}: RocksDB refused a read-only open: {failure}") from failure
+
+    def _link_db_files(self) -> None:
+        for stale in os.listdir(self._view):
+            os.unlink(self._view / stale)
+        for name in os.listdir(self.path):
+            if _DB_FILES.fullmatch(name):
+                os.symlink(self.path / name, self._view / name)
+
+    def __enter__(self) -> "ReadOnlyRocksDb":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+            shutil.rmtree(self._view, ignore_errors=True)
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._db.get(key)
+
+    def items_from(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs in bytewise key order from the first key >= ``start``."""
+        cursor = self._db.iter()
+        cursor.seek(start)
+        while cursor.valid():
+            yield cursor.key(), cursor.value()
+            cursor.next()
+
+
+class DbLedgerIndex:
+    """The two index DBs of one DbLedgerStorage ledger dir (``<index dir>/current``), read-only."""
+
+    def __init__(self, current_dir: Path, work_dir: Path):
+        self.current_dir = Path(current_dir)
+        self._ledgers = ReadOnlyRocksDb(self.current_dir / LEDGERS_DB, work_dir)
+        try:
+            self._locations = ReadOnlyRocksDb(self.current_dir / LOCATIONS_DB, work_dir)
+        except BaseException:
+            self._ledgers.close()
+            raise
+
+    def __enter__(self) -> "DbLedgerIndex":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._ledgers.close()
+        self._locations.close()
+
+    def ledger_ids(self) -> Iterator[int]:
+        """Every ledger in the `ledgers` DB, ascending; storage-flag keys (negative) are skipped."""
+        for key, _ in self._ledgers.items_from(LEDGER_KEY.pack(0)):
+            ledger_id = self._unpack_key(LEDGER_KEY, key, self._ledgers)[0]
+            if ledger_id < 0:
+                return  # negative keys sort after every non-negative one
+            yield ledger_id
+
+    def ledger_state(self, ledger_id: int) -> LedgerState | None:
+        """The ledger's `LedgerData`, or None when the `ledgers` DB has no record of it."""
+        value = self._ledgers.get(LEDGER_KEY.pack(ledger_id))
+        if value is None:
+            return None
+        data = LedgerData()
+        try:
+            data.ParseFromString(value)
+        except DecodeError as error:
+            raise MalformedDbRecord(
+                f"{self._ledgers.path}: key {ledger_id}: expected a LedgerData protobuf, cannot parse: {error}"
+            ) from error
+        return LedgerState(
+            master_key=data.masterKey,
+            fenced=data.fenced,
+            explicit_lac=data.explicitLac if data.HasField("explicitLac") else None,
+            limbo=data.limbo,
+        )
+
+    def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
+        """(entry id, location) of every entry of the ledger in the `locations` DB, entry id ascending."""
+        for key, value in self._locations.items_from(LOCATION_KEY.pack(ledger_id, 0)):
+            key_ledger, entry_id = self._unpack_key(LOCATION_KEY, key, self._locations)
+            if key_ledger != ledger_id:
+                return
+            if len(value) != LOCATION_VALUE.size:
+                raise MalformedDbRecord(
+                    f"{self._locations.path}: key ({ledger_id}, {entry_id}): expected an {LOCATION_VALUE.size}-byte "
+                    f"location, found {len(value)} bytes"
+                )
+            raw = LOCATION_VALUE.unpack(value)[0]
+            if raw:  # 0 reads as "no such entry" in BookKeeper
+                yield entry_id, EntryLocation.decode(raw)
+
+    @staticmethod
+    def _unpack_key(layout: struct.Struct, key: bytes, db: ReadOnlyRocksDb) -> tuple[int, ...]:
+        if len(key) != layout.size:
+            raise MalformedDbRecord(f"{db.path}: key {key.hex()}: expected {layout.size} bytes, found {len(key)}")
+        return layout.unpack(key)

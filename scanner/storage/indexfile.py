@@ -1,0 +1,179 @@
+"""`.idx` files of Interleaved and Sorted ledger storage: where they live, their header, their slots.
+
+A file is a 1024-byte header (signature ``BKLE``, version, master key, state bits, and from version 1
+an explicit-LAC buffer) followed by one big-endian 8-byte slot per entry id: slot *e* sits at
+``1024 + 8·e``; 0 means "no entry", anything else is an encoded ``EntryLocation``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path, PurePosixPath
+
+from scanner.storage.ledgerstate import LedgerState
+from scanner.storage.location import EntryLocation
+
+HEADER_SIZE = 1024
+SIGNATURE = b"BKLE"
+SLOT_SIZE = 8
+FENCED_BIT = 0x1
+MIN_EXPLICIT_LAC_LENGTH = 16  # ledger id + LAC; the digest follows
+_INT = struct.Struct(">i")
+_SLOT = struct.Struct(">Q")
+_READ_CHUNK = 64 * 1024  # a multiple of SLOT_SIZE
+_INDEX_NAME = re.compile(r"([0-9a-f]{1,16})\.(idx|rloc)")
+_MAX_LEDGER_ID = 2**63 - 1
+
+
+class IndexFileError(Exception):
+    """A `.idx` file that cannot be read as BookKeeper wrote it."""
+
+    def __init__(self, path: Path, offset: int, problem: str):
+        super().__init__(f"{path}: at offset {offset}: {problem}")
+        self.path = path
+        self.offset = offset
+
+
+class TruncatedIndexHeader(IndexFileError):
+    pass
+
+
+class BadIndexSignature(IndexFileError):
+    pass
+
+
+class UnsupportedIndexVersion(IndexFileError):
+    pass
+
+
+class BadMasterKeyLength(IndexFileError):
+    pass
+
+
+class BadExplicitLacLength(IndexFileError):
+    pass
+
+
+def index_file_path(ledger_id: int, suffix: str = ".idx") -> PurePosixPath:
+    """Where a ledger's index file sits, relative to an index dir's ``current/``."""
+    if not 0 <= ledger_id <= _MAX_LEDGER_ID:
+        raise ValueError(f"ledger id {ledger_id} is not a non-negative 64-bit id")
+    return PurePosixPath(f"{(ledger_id >> 8) & 0xFF:x}", f"{ledger_id & 0xFF:x}", f"{ledger_id:x}{suffix}")
+
+
+def find_index_file(current_dirs: Iterable[Path], ledger_id: int) -> Path | None:
+    """The ledger's `.idx` in the first index dir that has one, else a `.rloc` left by an interrupted move."""
+    dirs = tuple(current_dirs)
+    for suffix in (".idx", ".rloc"):
+        relative = index_file_path(ledger_id, suffix)
+        for current in dirs:
+            candidate = current / relative
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def indexed_ledger_ids(current_dir: Path) -> Iterator[int]:
+    """Ledger ids named by the `.idx` / `.rloc` files two levels under ``current_dir`` (directory order)."""
+    for grandparent in _subdirs(current_dir):
+        for parent in _subdirs(grandparent):
+            with os.scandir(parent) as files:
+                for entry in files:
+                    match = _INDEX_NAME.fullmatch(entry.name)
+                    if match and entry.is_file(follow_symlinks=False):
+                        ledger_id = int(match.group(1), 16)
+                        if ledger_id <= _MAX_LEDGER_ID:
+                            yield ledger_id
+
+
+def _subdirs(path: Path) -> Iterator[Path]:
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                yield Path(entry.path)
+
+
+class IndexFile:
+    """One `.idx` file opened read-only; the header is parsed and checked on open."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._file = open(self.path, "rb")
+        try:
+            self.size = os.fstat(self._file.fileno()).st_size
+            self.version, self.state = parse_index_header(os.pread(self._file.fileno(), HEADER_SIZE, 0), self.path)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def __enter__(self) -> "IndexFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def locations(self) -> Iterator[tuple[int, EntryLocation]]:
+        """(entry id, location) for every non-empty slot, entry id ascending, up to the size seen at open.
+
+        A short last page is fine (BookKeeper reads missing bytes as zeros); a partial last slot is ignored.
+        """
+        fd = self._file.fileno()
+        slot_bytes = max(0, self.size - HEADER_SIZE) // SLOT_SIZE * SLOT_SIZE
+        entry_id = 0
+        for chunk_start in range(HEADER_SIZE, HEADER_SIZE + slot_bytes, _READ_CHUNK):
+            length = min(_READ_CHUNK, HEADER_SIZE + slot_bytes - chunk_start)
+            chunk = os.pread(fd, length, chunk_start)
+            # the file can only shrink under us if it was deleted and replaced; stop at what is there
+            for (raw,) in _SLOT.iter_unpack(chunk[: len(chunk) // SLOT_SIZE * SLOT_SIZE]):
+                if raw:
+                    yield entry_id, EntryLocation.decode(raw)
+                entry_id += 1
+            if len(chunk) < length:
+                return
+
+
+def parse_index_header(head: bytes, path: Path) -> tuple[int, LedgerState]:
+    """(header version, ledger state) from the first ``min(file size, 1024)`` bytes of a `.idx` file."""
+    available = len(head)
+    if available < 12:
+        raise TruncatedIndexHeader(path, available, f"expected at least 12 header bytes, the file has {available}")
+    if head[:4] != SIGNATURE:
+        raise BadIndexSignature(path, 0, f"expected signature {SIGNATURE!r}, found {bytes(head[:4])!r}")
+    version = _INT.unpack_from(head, 4)[0]
+    if version not in (0, 1):
+        raise UnsupportedIndexVersion(path, 4, f"expected header version 0 or 1, found {version}")
+    key_length = _INT.unpack_from(head, 8)[0]
+    key_end = 12 + key_length
+    fields_end = key_end + (8 if version >= 1 else 4)  # state bits, then the explicit-LAC length
+    if key_length < 0 or fields_end > HEADER_SIZE:
+        raise BadMasterKeyLength(
+            path, 8, f"expected a master key length that fits the {HEADER_SIZE}-byte header, found {key_length}"
+        )
+    if fields_end > available:
+        raise TruncatedIndexHeader(path, available, f"expected header fields up to byte {fields_end}, the file ends")
+    master_key = bytes(head[12:key_end])
+    fenced = bool(_INT.unpack_from(head, key_end)[0] & FENCED_BIT)
+    explicit_lac = None
+    if version >= 1:
+        lac_length = _INT.unpack_from(head, key_end + 4)[0]
+        lac_end = fields_end + lac_length
+        if lac_length != 0:
+            if lac_length < MIN_EXPLICIT_LAC_LENGTH or lac_end > HEADER_SIZE:
+                raise BadExplicitLacLength(
+                    path,
+                    key_end + 4,
+                    f"expected explicit-LAC length 0 or {MIN_EXPLICIT_LAC_LENGTH}..{HEADER_SIZE - fields_end}, "
+                    f"found {lac_length}",
+                )
+            if lac_end > available:
+                raise TruncatedIndexHeader(
+                    path, available, f"expected the explicit-LAC buffer up to byte {lac_end}, the file ends"
+                )
+            explicit_lac = bytes(head[fields_end:lac_end])
+    return version, LedgerState(master_key=master_key, fenced=fenced, explicit_lac=explicit_lac)
