@@ -101,12 +101,12 @@ class IndexFile:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._file = open(self.path, "rb")
+        self._fd = _open_read_only(self.path)
         try:
-            self.size = os.fstat(self._file.fileno()).st_size
-            self.version, self.state = parse_index_header(os.pread(self._file.fileno(), HEADER_SIZE, 0), self.path)
+            self.size = os.fstat(self._fd).st_size
+            self.version, self.state = parse_index_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
         except BaseException:
-            self._file.close()
+            os.close(self._fd)
             raise
 
     def __enter__(self) -> "IndexFile":
@@ -116,26 +116,35 @@ class IndexFile:
         self.close()
 
     def close(self) -> None:
-        self._file.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def locations(self) -> Iterator[tuple[int, EntryLocation]]:
         """(entry id, location) for every non-empty slot, entry id ascending, up to the size seen at open.
 
         A short last page is fine (BookKeeper reads missing bytes as zeros); a partial last slot is ignored.
         """
-        fd = self._file.fileno()
+        fd = self._fd
         slot_bytes = max(0, self.size - HEADER_SIZE) // SLOT_SIZE * SLOT_SIZE
         entry_id = 0
         for chunk_start in range(HEADER_SIZE, HEADER_SIZE + slot_bytes, _READ_CHUNK):
             length = min(_READ_CHUNK, HEADER_SIZE + slot_bytes - chunk_start)
             chunk = os.pread(fd, length, chunk_start)
-            # the file can only shrink under us if it was deleted and replaced; stop at what is there
             for (raw,) in _SLOT.iter_unpack(chunk[: len(chunk) // SLOT_SIZE * SLOT_SIZE]):
                 if raw:
                     yield entry_id, EntryLocation.decode(raw)
                 entry_id += 1
             if len(chunk) < length:
-                return
+                return  # the file shrank since open (replaced by a rewrite): stop at what is there
+
+
+def _open_read_only(path: Path) -> int:
+    try:
+        # O_NOATIME: reading must not even touch the bookie's file metadata (allowed to the owner or root)
+        return os.open(path, os.O_RDONLY | os.O_NOATIME | os.O_CLOEXEC)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
 
 def parse_index_header(head: bytes, path: Path) -> tuple[int, LedgerState]:

@@ -1,0 +1,173 @@
+"""One bookie's local storage, read-only, with the same interface for Interleaved, Sorted and Db storage.
+
+Everything is lazy: ledger ids and locations are iterated from the index as they are asked for, so a
+bookie with millions of ledgers never has all its locations in memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from scanner.storage.dbstorage import DbLedgerIndex, MisplacedLedger
+from scanner.storage.entrylog import MissingEntryLog
+from scanner.storage.indexfile import IndexFile, find_index_file, indexed_ledger_ids
+from scanner.storage.layout import BookieLayout
+from scanner.storage.ledgerstate import LedgerState
+from scanner.storage.location import EntryLocation
+
+# `.log.compacting` / `.log.<id>.compacted` do not match: transactional compaction leftovers are skipped
+_ENTRY_LOG_NAME = re.compile(r"([0-9a-f]{1,8})\.log")
+
+
+@dataclass(frozen=True, slots=True)
+class EntryLogFile:
+    ledger_dir_index: int
+    entry_log_id: int
+    path: Path
+
+
+class BookieStorage:
+    """What the scanner reads from one bookie: its ledgers, their index state and locations, its entry logs."""
+
+    def __init__(self, layout: BookieLayout):
+        self.layout = layout
+
+    def __enter__(self) -> "BookieStorage":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release what the index readers hold; nothing to do for file-per-ledger indexes."""
+
+    def ledger_ids(self) -> Iterator[int]:
+        """Every ledger the bookie's index knows, ascending."""
+        raise NotImplementedError
+
+    def ledger_index(self, ledger_id: int) -> LedgerState | None:
+        """The ledger's master key, fence bit and explicit LAC as indexed, or None if the index lacks the ledger."""
+        raise NotImplementedError
+
+    def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
+        """(entry id, location) of every indexed entry of the ledger, entry id ascending (empty if unknown)."""
+        raise NotImplementedError
+
+    def entry_log_path(self, ledger_id: int, entry_log_id: int) -> Path:
+        """The file of an entry log a location of ``ledger_id`` names; raises ``MissingEntryLog`` if none."""
+        raise NotImplementedError
+
+    def entry_logs(self) -> list[EntryLogFile]:
+        """Every ``<hex id>.log`` in the ledger dirs, in (entry log id, dir) order."""
+        found = []
+        for index, current in enumerate(self.layout.ledger_current_dirs):
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    match = _ENTRY_LOG_NAME.fullmatch(entry.name)
+                    if match and entry.is_file():
+                        found.append(EntryLogFile(index, int(match.group(1), 16), Path(entry.path)))
+        return sorted(found, key=lambda log: (log.entry_log_id, log.ledger_dir_index))
+
+
+class IndexFileStorage(BookieStorage):
+    """Interleaved and Sorted storage: one `.idx` per ledger in any index dir; one entry-log id space."""
+
+    def ledger_ids(self) -> Iterator[int]:
+        ids = set()
+        for current in self.layout.index_current_dirs:
+            ids.update(indexed_ledger_ids(current))
+        return iter(sorted(ids))
+
+    def ledger_index(self, ledger_id: int) -> LedgerState | None:
+        path = find_index_file(self.layout.index_current_dirs, ledger_id)
+        if path is None:
+            return None
+        with IndexFile(path) as index:
+            return index.state
+
+    def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
+        path = find_index_file(self.layout.index_current_dirs, ledger_id)
+        if path is None:
+            return
+        with IndexFile(path) as index:
+            yield from index.locations()
+
+    def entry_log_path(self, ledger_id: int, entry_log_id: int) -> Path:
+        name = f"{entry_log_id:x}.log"
+        for current in self.layout.ledger_current_dirs:
+            if (current / name).is_file():
+                return current / name
+        dirs = ", ".join(str(d) for d in self.layout.ledger_current_dirs)
+        raise MissingEntryLog(name, entry_log_id, None, f"needed by ledger {ledger_id}, found in none of {dirs}")
+
+
+class DbStorage(BookieStorage):
+    """DbLedgerStorage: ledger L lives in ledger dir L mod N, with that dir's RocksDBs and entry-log ids."""
+
+    def __init__(self, layout: BookieLayout, work_dir: Path | None):
+        super().__init__(layout)
+        self._indexes: list[DbLedgerIndex] = []
+        self._scratch = Path(tempfile.mkdtemp(prefix="bookie-index-", dir=work_dir))
+        try:
+            for current in layout.index_current_dirs:
+                self._indexes.append(DbLedgerIndex(current, self._scratch))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for index in self._indexes:
+            index.close()
+        self._indexes.clear()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _dir_of(self, ledger_id: int) -> int:
+        return ledger_id % len(self.layout.ledger_dirs)  # Python's % is already the non-negative remainder
+
+    def ledger_ids(self) -> Iterator[int]:
+        return heapq.merge(*(self._owned_ledger_ids(i) for i in range(len(self._indexes))))
+
+    def _owned_ledger_ids(self, dir_index: int) -> Iterator[int]:
+        index = self._indexes[dir_index]
+        for ledger_id in index.ledger_ids():
+            if self._dir_of(ledger_id) != dir_index:
+                raise MisplacedLedger(
+                    f"{index.current_dir}: holds ledger {ledger_id}, which belongs to ledger dir "
+                    f"{self._dir_of(ledger_id)} of {len(self._indexes)}: are the ledger dirs in the bookie's order?"
+                )
+            yield ledger_id
+
+    def ledger_index(self, ledger_id: int) -> LedgerState | None:
+        return self._indexes[self._dir_of(ledger_id)].ledger_state(ledger_id)
+
+    def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
+        return self._indexes[self._dir_of(ledger_id)].locations(ledger_id)
+
+    def entry_log_path(self, ledger_id: int, entry_log_id: int) -> Path:
+        path = self.layout.ledger_current_dirs[self._dir_of(ledger_id)] / f"{entry_log_id:x}.log"
+        if not path.is_file():
+            raise MissingEntryLog(path, entry_log_id, None, f"needed by ledger {ledger_id}: no such file")
+        return path
+
+
+def open_bookie(layout: BookieLayout, work_dir: Path | None = None) -> BookieStorage:
+    """A read-only storage view of the bookie; use it as a context manager.
+
+    DbLedgerStorage indexes are opened through a scratch dir created under ``work_dir`` (default: the
+    system temp dir) and removed on close; ``work_dir`` must lie outside the bookie's dirs.
+    """
+    if layout.storage != "db":
+        return IndexFileStorage(layout)
+    if work_dir is not None:
+        resolved = Path(work_dir).resolve()
+        for bookie_dir in layout.ledger_dirs + layout.index_dirs:
+            if resolved.is_relative_to(bookie_dir.resolve()):
+                raise ValueError(f"work dir {work_dir} lies inside bookie dir {bookie_dir}; it must not")
+    return DbStorage(layout, work_dir)
