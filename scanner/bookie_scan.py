@@ -8,17 +8,20 @@ The judgement itself is in ``scanner.checks``; this module reads, paces and coll
 from __future__ import annotations
 
 import logging
+import os
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
 from scanner.checks.entry_log_check import judge_entry_log
 from scanner.checks.findings import Category, Finding
-from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults
+from scanner.checks.ledger_check import (LedgerEvidence, RecordFault, judge_ledger, judge_record_faults,
+                                         orphan_finding)
 from scanner.metadata.ledger import LedgerMetadata
 from scanner.storage.bookie import BookieStorage, EntryLogFile
 from scanner.storage.entry import DigestVerifier
 from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog, WrongEntry
+from scanner.report import ScanReport
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +132,7 @@ class BookieScanner:
     def _ledger_evidence(self, ledger_id: int, verifier: DigestVerifier | None) -> LedgerEvidence:
         indexed: list[int] = []
         faults: list[RecordFault] = []
-        if not self.storage.has_ledger(ledger_id):
+        if self.storage.ledger_index(ledger_id) is None:
             return LedgerEvidence(ledger_id, None)
         for entry_id, location in self.storage.locations(ledger_id):
             indexed.append(entry_id)
@@ -162,8 +165,14 @@ class BookieScanner:
         """For a ledger without index: which of its records still sit in the entry logs."""
         entries: set[int] = set()
         logs: set[int] = set()
-        for log_file in self.storage.entry_logs_of(evidence.ledger_id):
-            entry_log = self._open_log(log_file.path, log_file.entry_log_id)
+        for log_file in self.storage.entry_logs():
+            try:
+                entry_log = self._open_log(log_file.path, log_file.entry_log_id)
+            except MissingEntryLog:
+                continue
+            ledgers_map = entry_log.ledgers_map()
+            if ledgers_map is not None and evidence.ledger_id not in ledgers_map:
+                continue  # a finished log says what it holds; only map-less logs need a walk
             for record in entry_log.records(pace=self.pacer.take_bytes):
                 if record.ledger_id == evidence.ledger_id:
                     entries.add(record.entry_id)
@@ -190,7 +199,7 @@ class BookieScanner:
         for ledger_id in stats.ledgers_seen:
             if self._fetch_cached(ledger_id) is None:
                 self._orphans[ledger_id].logs.add(log_file.entry_log_id)
-        findings = judge_entry_log(log_file.entry_log_id, entry_log.problems, self._is_newest(log_file))
+        findings = judge_entry_log(log_file.entry_log_id, entry_log.problems, self._is_active(log_file, entry_log))
         for ledger_id, ledger_faults in faults.items():
             findings.extend(self._judge_faults(ledger_id, ledger_faults))
         return findings
@@ -205,27 +214,25 @@ class BookieScanner:
 
     def _is_live_copy(self, ledger_id: int, entry_id: int, log_file: EntryLogFile, pos: int) -> bool:
         # Compaction leaves stale copies behind; only the copy the index points to is served.
-        location = self.storage.location(ledger_id, entry_id)
+        location = next((loc for e, loc in self.storage.locations(ledger_id) if e == entry_id), None)
         return location is not None and location.entry_log_id == log_file.entry_log_id and location.pos == pos
 
-    def _is_newest(self, log_file: EntryLogFile) -> bool:
-        same_dir = [f.entry_log_id for f in self.storage.entry_logs() if f.ledger_dir_index == log_file.ledger_dir_index]
-        return log_file.entry_log_id == max(same_dir)
+    def _is_active(self, log_file: EntryLogFile, entry_log: EntryLog) -> bool:
+        """The log the bookie may still be appending to: no ledgers map, and the newest such log of its dir."""
+        if entry_log.header is not None and entry_log.header.ledgers_map_offset > 0:
+            return False
+        same_dir = [f.entry_log_id for f in self.storage.entry_logs()
+                    if f.ledger_dir_index == log_file.ledger_dir_index and _size(f.path) > 0]
+        return not same_dir or log_file.entry_log_id >= max(same_dir)
 
     def orphan_findings(self) -> list[Finding]:
         """Informational findings for data of ledgers the metadata no longer has (after both steps)."""
         findings = []
         for ledger_id in sorted(self._orphans):
             orphan = self._orphans[ledger_id]
-            parts = []
-            if orphan.indexed is not None:
-                parts.append(f"{orphan.indexed} entries in the local index")
-            if orphan.logs:
-                parts.append("records in entry log(s) " + ", ".join(str(i) for i in sorted(orphan.logs)))
-            if orphan.unreadable:
-                parts.append(f"{orphan.unreadable} indexed records unreadable")
-            detail = "no ledger metadata (deleted): " + "; ".join(parts) + "; garbage collection reclaims it"
-            findings.append(Finding(Category.ORPHAN_LEDGER, ledger_id, None, None, None, detail))
+            finding = orphan_finding(ledger_id, orphan.indexed, orphan.unreadable, orphan.logs)
+            if finding is not None:
+                findings.append(finding)
         return findings
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -263,6 +270,13 @@ class BookieScanner:
         return entry_log
 
 
+def _size(path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
 def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
                 ledgers: list[int] | None = None, entry_logs: list[int] | None = None,
                 pacer: Pacer | None = None, progress=None) -> ScanReport:
@@ -282,12 +296,13 @@ def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str
             log_files = [f for f in log_files if f.entry_log_id in entry_logs]
         elif ledgers is not None:
             log_files = []
+        sizes = {f: _size(f.path) for f in log_files}
         if progress:
-            progress.start("entry logs", sum(f.size for f in log_files), "B")
+            progress.start("entry logs", sum(sizes.values()), "B")
         for log_file in log_files:
             report.findings.extend(scanner.scan_entry_log(log_file))
             if progress:
-                progress.advance(log_file.size)
+                progress.advance(sizes[log_file])
         report.findings.extend(scanner.orphan_findings())
         if progress:
             progress.finish()

@@ -38,8 +38,8 @@ def bookie_layout(args):
     """The bookie's layout from --bookie-conf and the overrides; a UsageError says what to fix."""
     from scanner.storage.layout import LayoutError, discover_layout
 
-    if args.bookie_conf is None and args.ledger_dirs is None:
-        raise UsageError("say which bookie: --bookie-conf FILE (its bk_server.conf) or --ledger-dirs DIR")
+    if args.bookie_conf is None:
+        raise UsageError("say which bookie: --bookie-conf FILE (its bk_server.conf; --ledger-dirs etc. override it)")
     try:
         return discover_layout(args.bookie_conf, ledger_dirs=_dirs(args.ledger_dirs), index_dirs=_dirs(args.index_dirs),
                                storage=args.storage, bookie_id=args.bookie_id)
