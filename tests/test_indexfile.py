@@ -1,0 +1,205 @@
+"""`.idx` files built byte by byte: the header BookKeeper writes, the slots, and every malformation."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from scanner.storage.entry import master_key
+from scanner.storage.indexfile import (
+    BadExplicitLacLength,
+    BadIndexSignature,
+    BadMasterKeyLength,
+    IndexFile,
+    IndexFileError,
+    TruncatedIndexHeader,
+    UnsupportedIndexVersion,
+    find_index_file,
+    index_file_path,
+    indexed_ledger_ids,
+)
+from scanner.storage.location import EntryLocation
+
+KEY = master_key(b"secret")
+PAGE = 8192
+
+
+def header(version=1, key=KEY, state_bits=0, lac=b"", key_length=None, lac_length=None) -> bytes:
+    head = b"BKLE" + struct.pack(">ii", version, len(key) if key_length is None else key_length) + key
+    head += struct.pack(">i", state_bits)
+    if version >= 1:
+        head += struct.pack(">i", len(lac) if lac_length is None else lac_length) + lac
+    return head.ljust(1024, b"\0")
+
+
+def body(slots: dict[int, EntryLocation], pages: int = 1) -> bytes:
+    raw = bytearray(PAGE * pages)
+    for entry_id, location in slots.items():
+        struct.pack_into(">q", raw, 8 * entry_id, location.encode())
+    return bytes(raw)
+
+
+def write(tmp_path: Path, data: bytes, name="5.idx") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(
+    "ledger_id, relative",
+    [(1, "0/1/1.idx"), (5, "0/5/5.idx"), (0x1234, "12/34/1234.idx"), (123456789, "cd/15/75bcd15.idx"),
+     (2**40 + 5, "0/5/10000000005.idx")],
+)
+def test_index_path_is_grandparent_parent_and_hex_name(ledger_id, relative):
+    assert index_file_path(ledger_id) == PurePosixPath(relative)
+
+
+def test_negative_ledger_id_has_no_index_path():
+    with pytest.raises(ValueError):
+        index_file_path(-1)
+
+
+def test_the_documented_fenced_ledger_5_file(tmp_path):
+    locations = {0: EntryLocation(0, 1028), 1: EntryLocation(0, 1128), 2: EntryLocation(0, 1228),
+                 3: EntryLocation(1, 1028)}
+    with IndexFile(write(tmp_path, header(state_bits=1) + body(locations))) as index:
+        assert index.version == 1
+        assert index.state.master_key == bytes.fromhex("e793cbc379107648537183605cd361d3bb789a39")
+        assert index.state.fenced is True
+        assert index.state.explicit_lac is None
+        assert list(index.locations()) == sorted(locations.items())
+
+
+def test_explicit_lac_buffer_is_returned_as_stored(tmp_path):
+    lac = bytes.fromhex("0000000000001234" "0000000000000001" "00000000cb3abbc8")
+    with IndexFile(write(tmp_path, header(lac=lac) + body({}))) as index:
+        assert index.state.explicit_lac == lac
+        assert index.state.fenced is False
+
+
+def test_version_0_header_has_no_explicit_lac_field(tmp_path):
+    # in version 0 the 4 bytes after the state bits are already zero padding, whatever they hold
+    data = bytearray(header(version=0, state_bits=1) + body({7: EntryLocation(2, 5000)}))
+    struct.pack_into(">i", data, 12 + len(KEY) + 4, 3)
+    with IndexFile(write(tmp_path, bytes(data))) as index:
+        assert (index.version, index.state.fenced, index.state.explicit_lac) == (0, True, None)
+        assert list(index.locations()) == [(7, EntryLocation(2, 5000))]
+
+
+def test_empty_slots_are_no_entries_and_pages_follow_each_other(tmp_path):
+    locations = {0: EntryLocation(0, 1028), 1023: EntryLocation(3, 9000), 1024: EntryLocation(4, 1028),
+                 2047: EntryLocation(5, 2**32 - 1)}
+    with IndexFile(write(tmp_path, header() + body(locations, pages=2))) as index:
+        assert list(index.locations()) == sorted(locations.items())
+
+
+def test_header_only_file_has_no_entries(tmp_path):
+    with IndexFile(write(tmp_path, header())) as index:
+        assert list(index.locations()) == []
+
+
+def test_short_last_page_keeps_whole_slots_and_drops_a_partial_one(tmp_path):
+    full = header() + body({0: EntryLocation(0, 1028), 9: EntryLocation(0, 2000), 10: EntryLocation(0, 3000)})
+    cut_inside_slot_10 = full[: 1024 + 8 * 10 + 5]
+    with IndexFile(write(tmp_path, cut_inside_slot_10)) as index:
+        assert list(index.locations()) == [(0, EntryLocation(0, 1028)), (9, EntryLocation(0, 2000))]
+
+
+def test_slot_values_are_read_unsigned(tmp_path):
+    # a damaged slot with the top bit set names an entry log id no bookie uses, never a negative one
+    data = bytearray(header() + body({}))
+    struct.pack_into(">Q", data, 1024, 0xFFFFFFFF_00000404)
+    with IndexFile(write(tmp_path, bytes(data))) as index:
+        assert list(index.locations()) == [(0, EntryLocation(0xFFFFFFFF, 1028))]
+
+
+def expect_error(tmp_path, data: bytes, error_type: type, offset: int) -> IndexFileError:
+    path = write(tmp_path, data)
+    with pytest.raises(error_type) as caught:
+        IndexFile(path)
+    assert caught.value.offset == offset
+    assert str(path) in str(caught.value) and f"offset {offset}" in str(caught.value)
+    return caught.value
+
+
+def test_bad_signature(tmp_path):
+    error = expect_error(tmp_path, b"BKLO" + header()[4:], BadIndexSignature, 0)
+    assert "BKLE" in str(error)
+
+
+@pytest.mark.parametrize("version", [2, 7, -1])
+def test_unknown_header_version(tmp_path, version):
+    error = expect_error(tmp_path, header(version=version), UnsupportedIndexVersion, 4)
+    assert str(version) in str(error)
+
+
+@pytest.mark.parametrize("key_length", [-1, -2**31, 1024 - 12 - 8 + 1, 2**31 - 1])
+def test_master_key_length_negative_or_past_the_header(tmp_path, key_length):
+    error = expect_error(tmp_path, header(key_length=key_length), BadMasterKeyLength, 8)
+    assert str(key_length) in str(error)
+
+
+def test_longest_master_key_that_fits(tmp_path):
+    key = b"k" * (1024 - 12 - 8)
+    with IndexFile(write(tmp_path, header(key=key))) as index:
+        assert index.state.master_key == key
+
+
+@pytest.mark.parametrize("lac_length", [-1, 1, 15, 1024 - 40 + 1])
+def test_explicit_lac_length_below_16_or_past_the_header(tmp_path, lac_length):
+    error = expect_error(tmp_path, header(lac_length=lac_length), BadExplicitLacLength, 12 + len(KEY) + 4)
+    assert str(lac_length) in str(error)
+
+
+def test_explicit_lac_that_fills_the_header_exactly(tmp_path):
+    lac = b"\1" * (1024 - 40)
+    with IndexFile(write(tmp_path, header(lac=lac))) as index:
+        assert index.state.explicit_lac == lac
+
+
+@pytest.mark.parametrize("size", [0, 4, 11])
+def test_header_too_short_for_the_fixed_fields(tmp_path, size):
+    expect_error(tmp_path, header()[:size], TruncatedIndexHeader, size)
+
+
+def test_header_cut_inside_the_master_key(tmp_path):
+    expect_error(tmp_path, header()[:30], TruncatedIndexHeader, 30)
+
+
+def test_header_cut_inside_the_explicit_lac(tmp_path):
+    expect_error(tmp_path, header(lac=b"\2" * 24)[:50], TruncatedIndexHeader, 50)
+
+
+def test_short_header_whose_fields_all_fit_is_accepted(tmp_path):
+    # BookKeeper reads min(size, 1024) header bytes: a file cut after the fields still parses
+    with IndexFile(write(tmp_path, header(state_bits=1)[:40])) as index:
+        assert index.state.fenced is True
+        assert list(index.locations()) == []
+
+
+def test_index_files_are_found_in_any_index_dir_and_an_rloc_is_the_fallback(tmp_path):
+    first, second = tmp_path / "a" / "current", tmp_path / "b" / "current"
+    for ledger_id, current, suffix in [(5, second, ".idx"), (6, first, ".rloc"), (7, first, ".rloc"),
+                                       (7, second, ".idx")]:
+        path = current / index_file_path(ledger_id, suffix)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(header())
+    assert find_index_file([first, second], 5) == second / "0/5/5.idx"
+    assert find_index_file([first, second], 6) == first / "0/6/6.rloc"
+    assert find_index_file([first, second], 7) == second / "0/7/7.idx"
+    assert find_index_file([first, second], 8) is None
+    assert sorted(indexed_ledger_ids(first)) == [6, 7]
+    assert sorted(indexed_ledger_ids(second)) == [5, 7]
+
+
+def test_only_hex_named_index_files_two_levels_deep_count_as_ledgers(tmp_path):
+    current = tmp_path / "current"
+    for relative in ["0/5/5.idx", "cd/15/75bcd15.idx", "0/5/notes.txt", "0/5/XYZ.idx", "0/6.idx", "1.idx",
+                     "0/f/10000000f.idx"]:
+        path = current / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    (current / "0" / "5" / "9.idx").mkdir()
+    assert sorted(indexed_ledger_ids(current)) == [5, 123456789, 4294967311]
