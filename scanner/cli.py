@@ -9,6 +9,8 @@ import sys
 # Each module defines ``register(subparsers)``, which adds its parser and sets ``func`` (args -> exit code).
 # Modules import their heavy dependencies (kazoo, pyspark, rocksdict) inside ``func``, so --help stays fast.
 COMMAND_MODULES = (
+    "scan",
+    "demo",
 )
 
 EXIT_USAGE = 2

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scanner.metadata.ledger import LedgerMetadata, LedgerState, serialize_ledger_metadata
-from scanner.metadata.ledger_paths import HIERARCHICAL, layout_data, ledger_path
+from scanner.metadata.ledger_paths import LedgerManager, layout_bytes, ledger_path
 from scanner.sample.bookie_writer import EntryLogWriter, index_file_path, write_cookie, write_index_file, write_properties
 from scanner.storage.entry import DigestType, build_entry, master_key
 from scanner.storage.location import EntryLocation
@@ -183,14 +183,14 @@ def build_sample(root: Path, seed: int = 24) -> SampleCluster:
 
 
 def _dump_nodes(ledgers: list[SampleLedger], metas: dict[int, LedgerMetadata]) -> list[dict]:
-    nodes: dict[str, bytes] = {ROOT: b"", f"{ROOT}/LAYOUT": layout_data(HIERARCHICAL),
+    nodes: dict[str, bytes] = {ROOT: b"", f"{ROOT}/LAYOUT": layout_bytes(LedgerManager.HIERARCHICAL),
                                f"{ROOT}/available": b"", f"{ROOT}/available/readonly": b""}
     for bookie in (SAMPLE_BOOKIE, *OTHER_BOOKIES):
         nodes[f"{ROOT}/available/{bookie}"] = b""
     for ledger in ledgers:
         if ledger.deleted:
             continue
-        path = ledger_path(HIERARCHICAL, ROOT, ledger.ledger_id)
+        path = ledger_path(LedgerManager.HIERARCHICAL, ROOT, ledger.ledger_id)
         parent = path.rsplit("/", 1)[0]
         while parent != ROOT and parent not in nodes:
             nodes[parent] = b""
