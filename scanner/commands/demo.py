@@ -42,13 +42,14 @@ def _demo(root: Path, fmt: str) -> int:
 
     sample = build_sample(root)
     layout = discover_layout(sample.bookie_conf)
-    store = SnapshotStore.from_file(sample.dump)
+    store = SnapshotStore(sample.dump)
     with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
             open_bookie(layout, work_dir=work_dir) as storage:
         report = scan_bookie(storage, store, layout.bookie_id, layout.storage)
     print(f"sample cluster in {root}: bookie {sample.bookie_conf}, metadata {sample.dump}\n")
     print(json.dumps(report.to_json(), indent=2) if fmt == "json" else report.to_text())
-    found = {(f.category.value, f.ledger_id if f.ledger_id is not None else f.entry_log) for f in report.findings}
+    found = {(f.category.value, f.entry_log if f.category.value == "damaged_entry_log" else f.ledger_id)
+             for f in report.findings}
     injected = {(category, key) for category, by_key in sample.faults.items() for key in by_key}
     if found == injected:
         print("demo: the scan found every injected fault and nothing else")

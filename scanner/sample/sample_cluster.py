@@ -124,7 +124,6 @@ def build_sample(root: Path, seed: int = 24) -> SampleCluster:
     # Ledger 6 lives in log 1, which is cut short below; everything else is spread over logs 0 and 2.
     home = {6: 1}
     locations: dict[int, dict[int, EntryLocation]] = {}
-    positions: dict[tuple[int, int], int] = {}
     sizes: dict[tuple[int, int], int] = {}
     for ledger in ledgers:
         meta = metas[ledger.ledger_id]
@@ -137,7 +136,6 @@ def build_sample(root: Path, seed: int = 24) -> SampleCluster:
             writer = logs[home.get(ledger.ledger_id, 0 if entry_id % 2 == 0 else 2)]
             location = writer.append(ledger.ledger_id, data)
             locations.setdefault(ledger.ledger_id, {})[entry_id] = location
-            positions[(ledger.ledger_id, entry_id)] = location.pos
             sizes[(ledger.ledger_id, entry_id)] = len(data)
     for i, writer in enumerate(logs):
         writer.close(with_ledgers_map=(i < 2))  # log 2 was current at shutdown: no ledgers map
@@ -155,15 +153,15 @@ def build_sample(root: Path, seed: int = 24) -> SampleCluster:
     os.remove(index_file_path(current, 3))
     faults["missing_ledger"] = {3: sorted(locations[3])}
     # Condition 3: one payload byte of ledger 2, entry 7 flipped.
-    pos = positions[(2, 7)]
-    with open(current / "0.log", "r+b") as f:
-        f.seek(pos + 32 + 8 + 5)
+    flipped = locations[2][7]
+    with open(current / f"{flipped.entry_log_id:x}.log", "r+b") as f:
+        f.seek(flipped.pos + 32 + 8 + 5)
         byte = f.read(1)[0]
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte ^ 0x5A]))
     faults["corrupt_entry"] = {2: [7]}
     # A disk error cut log 1 in the middle of ledger 6's entry 41: later records are lost.
-    cut_at = positions[(6, 41)] + 20
+    cut_at = locations[6][41].pos + 20
     os.truncate(current / "1.log", cut_at)
     faults["lost_entry"] = {6: [e for e, loc in sorted(locations[6].items()) if loc.pos + sizes[(6, e)] > cut_at]}
     faults["damaged_entry_log"] = {1: None}
