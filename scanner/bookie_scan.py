@@ -17,7 +17,7 @@ from scanner.checks.entry_log_check import judge_entry_log
 from scanner.checks.findings import Category, Finding
 from scanner.checks.ledger_check import (LedgerEvidence, RecordFault, judge_ledger, judge_record_faults,
                                          orphan_finding)
-from scanner.metadata.ledger import LedgerMetadata
+from scanner.metadata.ledger import LedgerMetadata, MetadataFormatError
 from scanner.storage.bookie import BookieStorage, EntryLogFile
 from scanner.storage.entry import DigestVerifier
 from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog, WrongEntry
@@ -73,6 +73,7 @@ class BookieScanner:
         self._verifiers: dict[int, DigestVerifier | None] = {}
         self._logs: OrderedDict[str, EntryLog] = OrderedDict()
         self._orphans: dict[int, _Orphan] = defaultdict(_Orphan)
+        self.undecodable: set[int] = set()  # ledgers whose metadata does not decode
 
     def close(self) -> None:
         for entry_log in self._logs.values():
@@ -109,7 +110,7 @@ class BookieScanner:
         self.totals.ledgers_checked += 1
         verifier = self._verifier_for(ledger_id) if verify_digests else None
         evidence = self._ledger_evidence(ledger_id, verifier)
-        meta = self._metadata.get(ledger_id) if ledger_id in self._metadata else self._fetch(ledger_id)
+        meta = self._fetch_cached(ledger_id)
         for _ in range(MAX_REJUDGEMENTS):
             findings = judge_ledger(meta, self.bookie_id, evidence)
             if not any(not f.category.informational for f in findings):
@@ -119,6 +120,8 @@ class BookieScanner:
             if fresh == meta:
                 break
             meta = fresh
+        if ledger_id in self.undecodable:
+            return []
         if meta is None:
             orphan = self._orphans[ledger_id]
             orphan.indexed = None if evidence.indexed is None else len(evidence.indexed)
@@ -197,7 +200,7 @@ class BookieScanner:
         self.totals.entries_verified += stats.entries_verified
         self.totals.bytes_scanned += stats.bytes_scanned
         for ledger_id in stats.ledgers_seen:
-            if self._fetch_cached(ledger_id) is None:
+            if self._fetch_cached(ledger_id) is None and ledger_id not in self.undecodable:
                 self._orphans[ledger_id].logs.add(log_file.entry_log_id)
         findings = judge_entry_log(log_file.entry_log_id, entry_log.problems, self._is_active(log_file, entry_log))
         for ledger_id, ledger_faults in faults.items():
@@ -238,7 +241,14 @@ class BookieScanner:
     # -- plumbing -----------------------------------------------------------------------------
 
     def _fetch(self, ledger_id: int) -> LedgerMetadata | None:
-        meta = self.store.ledger(ledger_id)
+        try:
+            meta = self.store.ledger(ledger_id)
+        except MetadataFormatError as exc:
+            # Not ours to judge without metadata we can read; never call it deleted.
+            if ledger_id not in self.undecodable:
+                log.warning("ledger %d not judged: %s", ledger_id, exc)
+                self.undecodable.add(ledger_id)
+            meta = None
         self._metadata[ledger_id] = meta
         self._verifiers.pop(ledger_id, None)
         return meta

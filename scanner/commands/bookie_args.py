@@ -49,12 +49,15 @@ def bookie_layout(args):
 
 def metadata_store(args, layout=None):
     """The metadata store named by --metadata, or by the bookie's conf; a UsageError says what to fix."""
-    from scanner.metadata.uri import MetadataError, metadata_uri_from_conf, open_metadata
+    from scanner.metadata.ledger_paths import LayoutError
+    from scanner.metadata.snapshot import DumpFormatError
+    from scanner.metadata.store import MetadataUnavailable
+    from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
 
     uri = args.metadata or (metadata_uri_from_conf(layout.conf) if layout is not None else None)
     if not uri:
         raise UsageError("no metadata service: pass --metadata zk://HOST:PORT/ledgers or --metadata file:DUMP.json")
     try:
         return open_metadata(uri)
-    except MetadataError as exc:
+    except (MetadataUnavailable, DumpFormatError, LayoutError) as exc:
         raise UsageError(str(exc)) from None

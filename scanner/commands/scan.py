@@ -47,6 +47,8 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from scanner.bookie_scan import scan_bookie
+    from scanner.cli import UsageError
+    from scanner.metadata.store import MetadataUnavailable
     from scanner.progress import ProgressLine
     from scanner.storage.bookie import open_bookie
     from throttle import Pacer
@@ -59,6 +61,8 @@ def run(args) -> int:
             report = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger,
                                  entry_logs=args.entry_log, pacer=Pacer(bytes_per_second=args.rate),
                                  progress=ProgressLine())
+    except MetadataUnavailable as exc:
+        raise UsageError(f"metadata became unavailable during the scan: {exc}") from None
     finally:
         store.close()
     if args.format == "json":
