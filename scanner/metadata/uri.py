@@ -1,0 +1,133 @@
+"""Metadata URIs: which store to open, from the command line or a bookie's configuration.
+
+Accepted forms:
+  ``zk://host:port[,host:port...]/ledgers``              manager from ``LAYOUT``
+  ``zk+hierarchical://h1:p1;h2:p2/ledgers``              BookKeeper's metadataServiceUri form
+  (``+flat``, ``+longhierarchical``, ``+legacyhierarchical``; ``+null`` = use ``LAYOUT``)
+  ``zk://user:password@host:port/ledgers``               digest authentication
+  ``file:PATH``                                          a dump file (see scanner.metadata.snapshot)
+A ZooKeeper chroot is written as part of the path: ``zk://h:p/chroot/ledgers``.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scanner.cli import UsageError
+from scanner.metadata.ledger_paths import LedgerManager
+from scanner.metadata.store import MetadataStore, check_root
+
+DEFAULT_LEDGERS_ROOT = "/ledgers"
+DEFAULT_ZK_PORT = 2181
+_HOST_PORT = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::(?P<port>[0-9]{1,5}))?")
+_FORMS = "zk://HOST:PORT/ROOT, zk+hierarchical://H1:P1;H2:P2/ROOT or file:DUMP.json"
+
+
+class MetadataUriError(UsageError):
+    """A metadata URI the scanner cannot use; the message says what form was expected."""
+
+
+@dataclass(frozen=True, slots=True)
+class ZooKeeperTarget:
+    hosts: str  # kazoo connect string "h1:p1,h2:p2"
+    root: str
+    manager: LedgerManager | None  # None: take it from LAYOUT
+    auth: tuple[str, str] | None
+
+
+def parse_zookeeper_uri(uri: str) -> ZooKeeperTarget:
+    """Split a ``zk[+manager]://[user:pass@]hosts/root`` URI; MetadataUriError if malformed."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        raise MetadataUriError(f"metadata URI {uri!r}: expected {_FORMS}")
+    kind, _, manager_name = scheme.lower().partition("+")
+    if kind != "zk":
+        raise MetadataUriError(f"metadata URI {uri!r}: unknown scheme {scheme!r}; expected {_FORMS}")
+    manager = _manager(manager_name, uri)
+    authority, slash, path = rest.partition("/")
+    if not slash or not path:
+        raise MetadataUriError(f"metadata URI {uri!r}: no ledgers root path (e.g. /ledgers) after the hosts")
+    root = "/" + urllib.parse.unquote(path).rstrip("/")
+    try:
+        check_root(root)
+    except ValueError as exc:
+        raise MetadataUriError(f"metadata URI {uri!r}: {exc}") from None
+    credentials, at, hosts = authority.rpartition("@")
+    auth = _credentials(credentials, uri) if at else None
+    return ZooKeeperTarget(_connect_string(hosts, uri), root, manager, auth)
+
+
+def _manager(name: str, uri: str) -> LedgerManager | None:
+    if name in ("", "null"):
+        return None
+    try:
+        return LedgerManager(name)
+    except ValueError:
+        known = ", ".join(m.value for m in LedgerManager)
+        raise MetadataUriError(
+            f"metadata URI {uri!r}: ledger manager {name!r} is not one the scanner reads ({known}, null)"
+        ) from None
+
+
+def _credentials(credentials: str, uri: str) -> tuple[str, str]:
+    user, colon, password = credentials.partition(":")
+    if not colon or not user:
+        raise MetadataUriError(f"metadata URI {uri!r}: credentials must be user:password@")
+    return urllib.parse.unquote(user), urllib.parse.unquote(password)
+
+
+def _connect_string(hosts: str, uri: str) -> str:
+    servers = []
+    for item in re.split(r"[;,]", hosts):
+        match = _HOST_PORT.fullmatch(item)
+        port = int(match["port"]) if match and match["port"] else DEFAULT_ZK_PORT
+        if not match or not 0 < port < 65536:
+            raise MetadataUriError(f"metadata URI {uri!r}: {item!r} is not host[:port]")
+        servers.append(f"{match['host']}:{port}")
+    return ",".join(servers)
+
+
+def open_metadata(uri: str, *, connect_timeout: float | None = None) -> MetadataStore:
+    """Open the store a metadata URI names (connects to ZooKeeper for zk URIs).
+
+    Raises MetadataUriError for a malformed URI, MetadataUnavailable when the store cannot
+    be reached or read.
+    """
+    if uri.startswith("file:"):
+        from scanner.metadata.snapshot import SnapshotStore
+
+        path = uri[len("file://") :] if uri.startswith("file://") else uri[len("file:") :]
+        if not path:
+            raise MetadataUriError(f"metadata URI {uri!r}: expected file:PATH")
+        return SnapshotStore(urllib.parse.unquote(path))
+    target = parse_zookeeper_uri(uri)
+    from scanner.metadata.zookeeper import DEFAULT_CONNECT_TIMEOUT, ZooKeeperStore
+
+    return ZooKeeperStore(
+        target.hosts,
+        target.root,
+        manager=target.manager,
+        auth=target.auth,
+        connect_timeout=DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout,
+    )
+
+
+def metadata_uri_from_conf(conf: Mapping[str, str]) -> str | None:
+    """The metadata URI a bookie configuration points at, or None if it names none.
+
+    ``metadataServiceUri`` wins; otherwise the deprecated ``zkServers`` (whose optional
+    "/chroot" suffix joins the path) and ``zkLedgersRootPath`` (default /ledgers).
+    """
+    uri = (conf.get("metadataServiceUri") or "").strip()
+    if uri:
+        return uri
+    servers = (conf.get("zkServers") or "").strip()
+    if not servers:
+        return None
+    hosts, slash, chroot = servers.partition("/")
+    root = (conf.get("zkLedgersRootPath") or "").strip() or DEFAULT_LEDGERS_ROOT
+    chroot = ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
+    return f"zk://{hosts.replace(',', ';')}{chroot}{root}"

@@ -1,0 +1,123 @@
+"""The metadata store backed by a live ZooKeeper ensemble (kazoo), read-only.
+
+Connection attempts and reads are retried with exponential back-off; when ZooKeeper does
+not answer within the connect timeout, or refuses us, the store raises MetadataUnavailable
+with one line. The kazoo client is exposed as ``client`` for code that must write (repair).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry, RetryFailedError
+
+from scanner.metadata.ledger_paths import LAYOUT_NODE, LedgerManager
+from scanner.metadata.store import MetadataStore, MetadataUnavailable, ZNode, check_root, resolve_manager
+
+# kazoo's chatter (every failed connection attempt) goes here; silent unless the application logs.
+_KAZOO_LOG = logging.getLogger(__name__ + ".kazoo")
+_KAZOO_LOG.addHandler(logging.NullHandler())
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_SESSION_TIMEOUT = 30.0
+
+
+def _retry_policy() -> KazooRetry:
+    return KazooRetry(max_tries=5, delay=0.1, backoff=2, max_delay=2.0, ignore_expire=False)
+
+
+class ZooKeeperStore(MetadataStore):
+    """Ledger metadata read from ZooKeeper at ``hosts`` ("h1:p1,h2:p2") under ``root``.
+
+    ``auth`` is a digest ``(user, password)``; ``chroot`` prefixes every path on the server
+    side, as a ZooKeeper connect string's "/suffix" does; ``manager`` overrides nothing but
+    is checked against ``LAYOUT`` (and used when there is no ``LAYOUT``).
+    """
+
+    def __init__(
+        self,
+        hosts: str,
+        root: str = "/ledgers",
+        *,
+        manager: LedgerManager | None = None,
+        auth: tuple[str, str] | None = None,
+        chroot: str | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ):
+        self.root = check_root(root)
+        self.hosts = hosts
+        self._where = f"ZooKeeper {hosts}{chroot or ''}"
+        self.client = KazooClient(
+            hosts=hosts + (chroot or ""),
+            timeout=DEFAULT_SESSION_TIMEOUT,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0),
+            command_retry=_retry_policy(),
+            auth_data=[("digest", f"{auth[0]}:{auth[1]}")] if auth else None,
+            logger=_KAZOO_LOG,
+        )
+        try:
+            self.client.start(timeout=connect_timeout)
+        except KazooTimeoutError:
+            raise MetadataUnavailable(f"{self._where} did not answer within {connect_timeout:g}s") from None
+        except AuthFailedError:
+            self.client.close()
+            raise MetadataUnavailable(f"{self._where} rejected the digest credentials") from None
+        try:
+            if self.node(self.root) is None:
+                raise MetadataUnavailable(f"{self._where} has no {self.root}: wrong ledgers root?")
+            self.manager = resolve_manager(self.node(f"{self.root}/{LAYOUT_NODE}"), manager, self.root)
+        except BaseException:
+            self.close()
+            raise
+
+    def node(self, path: str) -> ZNode | None:
+        with self._read_errors(path):
+            try:
+                data, stat = self.client.retry(self.client.get, path)
+            except NoNodeError:
+                return None
+        return ZNode(
+            path=path,
+            data=data,
+            ephemeral=stat.ephemeralOwner != 0,
+            mzxid=stat.mzxid,
+            version=stat.version,
+            ctime=stat.ctime,
+        )
+
+    def children(self, path: str) -> list[str]:
+        with self._read_errors(path):
+            try:
+                return self.client.retry(self.client.get_children, path)
+            except NoNodeError:
+                return []
+
+    @contextlib.contextmanager
+    def _read_errors(self, path: str) -> Iterator[None]:
+        try:
+            yield
+        except NoAuthError:
+            raise MetadataUnavailable(
+                f"{self._where}: not authorized to read {path} (give user:password@ in the metadata URI)"
+            ) from None
+        except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, RetryFailedError) as exc:
+            raise MetadataUnavailable(f"{self._where}: lost while reading {path} ({type(exc).__name__})") from None
+        except KazooException as exc:
+            raise MetadataUnavailable(f"{self._where}: reading {path} failed: {type(exc).__name__}") from None
+
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()

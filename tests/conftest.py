@@ -1,0 +1,78 @@
+"""Shared fixtures: a real ZooKeeper server for the whole session, and fresh chroots per test.
+
+- ``zookeeper`` (session): a started ``zookeeper_server.ZooKeeperServer``; use
+  ``zookeeper.connect_string`` ("127.0.0.1:<port>"). The test FAILS (never skips) when
+  Debian's zookeeper package or java is missing. The JVM is stopped at the end of the session.
+- ``zk_client`` (session): a connected kazoo client without credentials.
+- ``zk_chroot`` (per test): a unique, empty, existing znode path such as "/t7"; tests put
+  their tree under it (as a chroot, or as a prefix of the ledgers root) so they never see
+  each other's data. Removed after the test (best effort).
+- ``zk_load_dump`` (per test): ``zk_load_dump(dump_path) -> chroot`` loads a dump file (the
+  corpus ``zk-dump.json`` format) into a fresh chroot; ``/ledgers`` of the dump is then at
+  ``chroot + "/ledgers"``. Ephemeral znodes stay alive until the session's client closes.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from zookeeper_server import ZooKeeperServer, ZooKeeperSetupError, load_dump
+
+_chroot_numbers = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    try:
+        server.start()
+    except ZooKeeperSetupError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def zk_client(zookeeper):
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper.connect_string, timeout=30)
+    client.start(timeout=30)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def zk_chroot(zk_client):
+    path = f"/t{next(_chroot_numbers)}"
+    zk_client.create(path)
+    yield path
+    _delete_quietly(zk_client, path)
+
+
+@pytest.fixture
+def zk_load_dump(zk_client):
+    created = []
+
+    def load(dump_path) -> str:
+        chroot = f"/t{next(_chroot_numbers)}"
+        zk_client.create(chroot)
+        created.append(chroot)
+        load_dump(zk_client, dump_path, prefix=chroot)
+        return chroot
+
+    yield load
+    for chroot in created:
+        _delete_quietly(zk_client, chroot)
+
+
+def _delete_quietly(client, path: str) -> None:
+    from kazoo.exceptions import KazooException
+
+    try:
+        client.delete(path, recursive=True)
+    except KazooException:
+        pass  # e.g. a test put ACLs on its tree; a throw-away server can keep it

@@ -1,0 +1,139 @@
+"""A real, throw-away ZooKeeper server for tests (Debian's ``zookeeper`` package), and dump loading.
+
+``ZooKeeperServer(workdir).start()`` runs ``ZooKeeperServerMain`` in its own JVM on 127.0.0.1
+with a free port, a data dir under ``workdir``, the admin server off, and waits until the
+server answers ``ruok``. ``stop()`` ends that JVM (and only it). ``load_dump`` recreates the
+znodes of a dump file (the corpus ``zk-dump.json`` format) under a prefix.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import json
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+SERVER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+_PORT_ATTEMPTS = 3
+
+
+class ZooKeeperSetupError(RuntimeError):
+    """ZooKeeper could not be started: the message says what is missing or what the JVM said."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ZooKeeperServer:
+    def __init__(self, workdir: Path, jar: Path = ZOOKEEPER_JAR):
+        self.workdir = Path(workdir)
+        self.jar = Path(jar)
+        self.port: int | None = None
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the server and wait until it answers; ZooKeeperSetupError if it cannot."""
+        if not self.jar.is_file():
+            raise ZooKeeperSetupError(
+                f"{self.jar} not found: install Debian's zookeeper package (apt-get install zookeeper); "
+                "the ZooKeeper tests need a real server"
+            )
+        java = shutil.which("java")
+        if java is None:
+            raise ZooKeeperSetupError("no java on PATH: install a JRE (apt-get install default-jre-headless)")
+        failures = []
+        # A port picked as free can be taken before the JVM binds it; then try another.
+        for attempt in range(_PORT_ATTEMPTS):
+            self.port = free_port()
+            self._process = self._launch(java, attempt)
+            atexit.register(self.stop)
+            problem = self._wait_until_serving(timeout)
+            if problem is None:
+                return
+            self.stop()
+            failures.append(problem)
+        raise ZooKeeperSetupError("ZooKeeper did not start: " + " | ".join(failures))
+
+    def _launch(self, java: str, attempt: int) -> subprocess.Popen:
+        data_dir = self.workdir / f"data-{attempt}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / f"zoo-{attempt}.cfg"
+        config.write_text(
+            "tickTime=2000\n"
+            f"dataDir={data_dir}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "maxClientCnxns=0\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok\n"
+        )
+        self.log_path = self.workdir / f"zookeeper-{attempt}.log"
+        command = [
+            java, "-Xmx256m", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
+            "-Dzookeeper.admin.enableServer=false", "-cp", str(self.jar), SERVER_MAIN, str(config),
+        ]  # fmt: skip
+        with self.log_path.open("wb") as log:
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def _wait_until_serving(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-400:].strip().replace("\n", " / ")
+                return f"JVM exited with {self._process.returncode} (port {self.port}): {tail}"
+            if self._answers_ruok():
+                return None
+            time.sleep(0.05)
+        return f"no answer on port {self.port} within {timeout:g}s (log: {self.log_path})"
+
+    def _answers_ruok(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"ruok")
+                return s.recv(4) == b"imok"
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """Stop the JVM this object started (SIGTERM, then SIGKILL after 10 s)."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def load_dump(client, dump: Path, prefix: str = "", acl=None) -> int:
+    """Create every znode of ``dump`` at ``prefix + path`` through the kazoo ``client``.
+
+    Ephemeral znodes are created ephemeral (they live as long as ``client``'s session).
+    ``acl`` (a list of kazoo ACLs) applies to every created node. Returns the number created.
+    """
+    entries = json.loads(Path(dump).read_text())
+    count = 0
+    for entry in sorted(entries, key=lambda e: e["path"].count("/")):
+        path = prefix + entry["path"]
+        data = base64.b64decode(entry["data_b64"]) if entry.get("data_b64") else b""
+        if client.exists(path):
+            client.set(path, data)
+            continue
+        client.create(path, data, acl=acl, ephemeral=bool(entry.get("ephemeral")), makepath=True)
+        count += 1
+    return count
+
