@@ -19,7 +19,9 @@ from scanner.checks.ledger_check import (LedgerEvidence, RecordFault, judge_ledg
                                          orphan_finding)
 from scanner.metadata.ledger import LedgerMetadata, MetadataFormatError
 from scanner.storage.bookie import BookieStorage, EntryLogFile
+from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entry import DigestVerifier
+from scanner.storage.indexfile import IndexFileError
 from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog, WrongEntry
 from scanner.report import ScanReport
 
@@ -41,6 +43,10 @@ class Unpaced:
 
     def take_entries(self, n: int) -> None:
         return None
+
+
+class _WalkStopped(Exception):
+    """Raised from the pace callback to end an entry-log walk at a record boundary."""
 
 
 @dataclass
@@ -135,14 +141,19 @@ class BookieScanner:
     def _ledger_evidence(self, ledger_id: int, verifier: DigestVerifier | None) -> LedgerEvidence:
         indexed: list[int] = []
         faults: list[RecordFault] = []
-        if self.storage.ledger_index(ledger_id) is None:
-            return LedgerEvidence(ledger_id, None)
-        for entry_id, location in self.storage.locations(ledger_id):
-            indexed.append(entry_id)
-            self.pacer.take_entries(1)
-            fault = self._check_record(ledger_id, entry_id, location, verifier)
-            if fault is not None:
-                faults.append(fault)
+        try:
+            if self.storage.ledger_index(ledger_id) is None:
+                return LedgerEvidence(ledger_id, None)
+            for entry_id, location in self.storage.locations(ledger_id):
+                indexed.append(entry_id)
+                self.pacer.take_entries(1)
+                fault = self._check_record(ledger_id, entry_id, location, verifier)
+                if fault is not None:
+                    faults.append(fault)
+        except FileNotFoundError:
+            return LedgerEvidence(ledger_id, None)  # deleted under us; the metadata re-read tells
+        except (IndexFileError, DbIndexError) as exc:
+            return LedgerEvidence(ledger_id, None, tuple(faults), index_problem=str(exc))
         return LedgerEvidence(ledger_id, indexed, tuple(faults))
 
     def _check_record(self, ledger_id: int, entry_id: int, location,
@@ -184,28 +195,59 @@ class BookieScanner:
 
     # -- step 2: an entry log -----------------------------------------------------------------
 
-    def scan_entry_log(self, log_file: EntryLogFile, start: int | None = None) -> list[Finding]:
-        """Condition 3 for every record of one entry log, plus file-level damage."""
+    def scan_entry_log(self, log_file: EntryLogFile, start: int | None = None,
+                       checkpoint: Callable[[int, list[Finding]], bool] | None = None) -> list[Finding]:
+        """Condition 3 for every record of one entry log (from the record boundary ``start``), plus file-level damage.
+
+        With ``checkpoint``, about every MiB walked it is called at a record boundary with the file
+        offset reached and the findings about everything before it, which are not returned again;
+        when it returns True the walk stops there, to be resumed later with ``start`` = that offset.
+        """
         try:
             entry_log = self._open_log(log_file.path, log_file.entry_log_id)
         except MissingEntryLog:
             return []  # garbage collection removed it after we listed it: nothing to judge
         self.totals.entry_logs_scanned += 1
         faults: dict[int, list[RecordFault]] = defaultdict(list)
-        for failure in entry_log.verify_records(self._verifier_for, start=start, pace=self.pacer.take_bytes):
-            if self._is_live_copy(failure.ledger_id, failure.entry_id, log_file, failure.pos):
-                faults[failure.ledger_id].append(
-                    RecordFault(failure.entry_id, log_file.entry_log_id, failure.pos, False, failure.reason))
+        judged_problems = 0
+
+        def judge_so_far() -> list[Finding]:
+            nonlocal judged_problems
+            problems = entry_log.problems[judged_problems:]
+            judged_problems = len(entry_log.problems)
+            findings = (judge_entry_log(log_file.entry_log_id, problems, self._is_active(log_file, entry_log))
+                        if problems else [])
+            for ledger_id, ledger_faults in faults.items():
+                findings.extend(self._judge_faults(ledger_id, ledger_faults))
+            faults.clear()
+            return findings
+
+        pace = self.pacer.take_bytes
+        if checkpoint is not None:
+            reached = start if start is not None else (entry_log.header.data_start if entry_log.header else 0)
+
+            def pace(n: int) -> None:
+                nonlocal reached
+                self.pacer.take_bytes(n)
+                reached += n
+                if checkpoint(reached, judge_so_far()):
+                    raise _WalkStopped
+
+        try:
+            for failure in entry_log.verify_records(self._verifier_for, start=start, pace=pace):
+                if self._is_live_copy(failure.ledger_id, failure.entry_id, log_file, failure.pos):
+                    faults[failure.ledger_id].append(
+                        RecordFault(failure.entry_id, log_file.entry_log_id, failure.pos, False, failure.reason))
+            stopped = False
+        except _WalkStopped:
+            stopped = True
         stats = entry_log.stats
         self.totals.entries_verified += stats.entries_verified
         self.totals.bytes_scanned += stats.bytes_scanned
         for ledger_id in stats.ledgers_seen:
             if self._fetch_cached(ledger_id) is None and ledger_id not in self.undecodable:
                 self._orphans[ledger_id].logs.add(log_file.entry_log_id)
-        findings = judge_entry_log(log_file.entry_log_id, entry_log.problems, self._is_active(log_file, entry_log))
-        for ledger_id, ledger_faults in faults.items():
-            findings.extend(self._judge_faults(ledger_id, ledger_faults))
-        return findings
+        return [] if stopped else judge_so_far()
 
     def _judge_faults(self, ledger_id: int, faults: list[RecordFault]) -> list[Finding]:
         meta = self._fetch_cached(ledger_id)
