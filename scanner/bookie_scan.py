@@ -7,6 +7,7 @@ The judgement itself is in ``scanner.checks``; this module reads, paces and coll
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections import OrderedDict, defaultdict
@@ -191,7 +192,7 @@ class BookieScanner:
                 if record.ledger_id == evidence.ledger_id:
                     entries.add(record.entry_id)
                     logs.add(log_file.entry_log_id)
-        return LedgerEvidence(evidence.ledger_id, None, evidence.faults, sorted(entries), tuple(sorted(logs)))
+        return dataclasses.replace(evidence, logged_entries=sorted(entries), logged_in=tuple(sorted(logs)))
 
     # -- step 2: an entry log -----------------------------------------------------------------
 

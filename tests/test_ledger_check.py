@@ -118,3 +118,10 @@ def test_deleted_ledger_gives_no_damage_but_an_orphan():
     assert finding.category is Category.ORPHAN_LEDGER and finding.category.informational
     assert "3 entries in the local index" in finding.detail and "entry log(s) 0, 2" in finding.detail
     assert orphan_finding(7, None, 0, []) is None
+
+
+def test_an_unreadable_index_is_a_missing_ledger_that_says_why():
+    m = meta()
+    [finding] = judge_ledger(m, ME, LedgerEvidence(7, None, index_problem="bad signature at offset 0"))
+    assert finding.category is Category.MISSING_LEDGER
+    assert "index is unreadable (bad signature at offset 0)" in finding.detail

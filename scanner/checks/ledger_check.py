@@ -35,6 +35,7 @@ class LedgerEvidence:
     # Only gathered when the index is missing: entries whose records still sit in the entry logs.
     logged_entries: Sequence[int] = ()
     logged_in: tuple[int, ...] = field(default=())
+    index_problem: str | None = None  # why the index of the ledger could not be read, when it could not
 
 
 def judge_ledger(meta: LedgerMetadata | None, bookie_id: str, evidence: LedgerEvidence) -> list[Finding]:
@@ -154,7 +155,8 @@ def _damaged_records(
 
 def _missing_ledger(meta: LedgerMetadata, required: list[int], evidence: LedgerEvidence) -> Finding:
     ranges = to_ranges(required)
-    detail = f"no local index for ledger {meta.ledger_id}; the metadata places {len(required)} entries on this bookie"
+    why = f"the index is unreadable ({evidence.index_problem})" if evidence.index_problem else "no local index"
+    detail = f"{why} for ledger {meta.ledger_id}; the metadata places {len(required)} entries on this bookie"
     still_logged = set(evidence.logged_entries).intersection(required)
     if still_logged:
         logs = ", ".join(str(i) for i in sorted(evidence.logged_in))

@@ -1,0 +1,31 @@
+"""Scans of generated bookies with damage the corpus does not have."""
+
+import json
+
+from scanner.cli import main
+from scanner.sample.bookie_writer import index_file_path
+from scanner.sample.sample_cluster import build_sample
+
+
+def scan(capsys, sample, *extra):
+    status = main(["scan", "--bookie-conf", str(sample.bookie_conf), "--metadata", f"file:{sample.dump}",
+                   "--format", "json", *extra])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def test_a_garbled_index_file_is_a_missing_ledger_not_a_crash(tmp_path, capsys):
+    sample = build_sample(tmp_path / "s")
+    idx = index_file_path(sample.ledger_dir / "current", 1)
+    idx.write_bytes(b"XXXX" + idx.read_bytes()[4:])
+    status, report = scan(capsys, sample, "--ledger", "1")
+    [finding] = report["findings"]
+    assert status == 1
+    assert finding["category"] == "missing_ledger" and finding["ledger_id"] == 1
+    assert "index is unreadable" in finding["detail"] and "signature" in finding["detail"]
+
+
+def test_an_entry_log_gone_before_its_turn_is_not_a_finding(tmp_path, capsys):
+    sample = build_sample(tmp_path / "s")
+    (sample.ledger_dir / "current" / "2.log").unlink()
+    status, report = scan(capsys, sample, "--entry-log", "2")
+    assert report["findings"] == [] and report["summary"]["entry_logs_scanned"] == 0
