@@ -6,6 +6,7 @@ bookie with millions of ledgers never has all its locations in memory.
 
 from __future__ import annotations
 
+import abc
 import heapq
 import os
 import re
@@ -33,7 +34,7 @@ class EntryLogFile:
     path: Path
 
 
-class BookieStorage:
+class BookieStorage(abc.ABC):
     """What the scanner reads from one bookie: its ledgers, their index state and locations, its entry logs."""
 
     def __init__(self, layout: BookieLayout):
@@ -48,21 +49,21 @@ class BookieStorage:
     def close(self) -> None:
         """Release what the index readers hold; nothing to do for file-per-ledger indexes."""
 
+    @abc.abstractmethod
     def ledger_ids(self) -> Iterator[int]:
         """Every ledger the bookie's index knows, ascending."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def ledger_index(self, ledger_id: int) -> LedgerState | None:
         """The ledger's master key, fence bit and explicit LAC as indexed, or None if the index lacks the ledger."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
         """(entry id, location) of every indexed entry of the ledger, entry id ascending (empty if unknown)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def entry_log_path(self, ledger_id: int, entry_log_id: int) -> Path:
         """The file of an entry log a location of ``ledger_id`` names; raises ``MissingEntryLog`` if none."""
-        raise NotImplementedError
 
     def entry_logs(self) -> list[EntryLogFile]:
         """Every ``<hex id>.log`` in the ledger dirs, in (entry log id, dir) order."""
