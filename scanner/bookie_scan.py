@@ -102,7 +102,7 @@ class BookieScanner:
         for ledger_id in self.store.ledger_ids():
             if ledger_id in local:
                 continue
-            meta = self._fetch(ledger_id)
+            meta = self._read(ledger_id)  # not cached: the cluster may hold millions of ledgers
             if meta is not None and any(self.bookie_id in bookies for _, bookies in meta.segments):
                 yield ledger_id
 
@@ -115,18 +115,22 @@ class BookieScanner:
         checked too (condition 3 for this ledger alone: suspects, follow-ups, ``scan --ledger``).
         """
         self.totals.ledgers_checked += 1
+        meta = self._fetch(ledger_id)
         verifier = self._verifier_for(ledger_id) if verify_digests else None
         evidence = self._ledger_evidence(ledger_id, verifier)
-        meta = self._fetch_cached(ledger_id)
-        for _ in range(MAX_REJUDGEMENTS):
+        findings = judge_ledger(meta, self.bookie_id, evidence)
+        if any(f.category is Category.MISSING_LEDGER for f in findings):
+            evidence = self._with_logged_records(evidence)
             findings = judge_ledger(meta, self.bookie_id, evidence)
-            if not any(not f.category.informational for f in findings):
+        for _ in range(MAX_REJUDGEMENTS):
+            if all(f.category.informational for f in findings):
                 break
             # BP-34's rule: the metadata may have moved on while we read; judge again on the fresh copy.
             fresh = self._fetch(ledger_id)
             if fresh == meta:
                 break
             meta = fresh
+            findings = judge_ledger(meta, self.bookie_id, evidence)
         if ledger_id in self.undecodable:
             return []
         if meta is None:
@@ -134,9 +138,6 @@ class BookieScanner:
             orphan.indexed = None if evidence.indexed is None else len(evidence.indexed)
             orphan.unreadable = sum(1 for f in evidence.faults if f.lost)
             return []
-        if evidence.indexed is None and any(f.category is Category.MISSING_LEDGER for f in findings):
-            evidence = self._with_logged_records(evidence)
-            findings = judge_ledger(meta, self.bookie_id, evidence)
         return findings
 
     def _ledger_evidence(self, ledger_id: int, verifier: DigestVerifier | None) -> LedgerEvidence:
@@ -283,15 +284,19 @@ class BookieScanner:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _fetch(self, ledger_id: int) -> LedgerMetadata | None:
+    def _read(self, ledger_id: int) -> LedgerMetadata | None:
         try:
-            meta = self.store.ledger(ledger_id)
+            return self.store.ledger(ledger_id)
         except MetadataFormatError as exc:
             # Not ours to judge without metadata we can read; never call it deleted.
             if ledger_id not in self.undecodable:
                 log.warning("ledger %d not judged: %s", ledger_id, exc)
                 self.undecodable.add(ledger_id)
-            meta = None
+            return None
+
+    def _fetch(self, ledger_id: int) -> LedgerMetadata | None:
+        """The ledger's metadata read now, remembered for the digest checks of the entry-log step."""
+        meta = self._read(ledger_id)
         self._metadata[ledger_id] = meta
         self._verifiers.pop(ledger_id, None)
         return meta

@@ -6,6 +6,8 @@ import functools
 import json
 from pathlib import Path
 
+from scanner.cli import main
+
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real-bookkeeper-4.16.7"
 BOOKIES = ("bookie1", "bookie2", "bookie3", "bookie4")
 
@@ -32,3 +34,43 @@ def scan_args(name: str, ledger_dir: Path | None = None) -> list[str]:
     """``bookie-scanner scan`` options for a corpus bookie (its conf names the original paths)."""
     return ["--bookie-conf", str(CORPUS / "bookie-configs" / f"{name}.conf"),
             "--ledger-dirs", str(ledger_dir or CORPUS / name / "ledgers")]
+
+
+def scan(capsys, *args: str) -> tuple[int, dict]:
+    status = main(["scan", *args, "--format", "json"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def by_category(report: dict) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for finding in report["findings"]:
+        out.setdefault(finding["category"], []).append(finding)
+    return out
+
+
+def entries_of(findings: list[dict]) -> set[tuple[int, int]]:
+    return {(f["ledger_id"], e) for f in findings for first, last in f["entries"] for e in range(first, last + 1)}
+
+
+def expected_missing(name: str) -> set[tuple[int, int]]:
+    me = bookie_id(name)
+    return {(l["ledger_id"], e) for l in manifest()["ledgers"]
+            for e in (l.get("expected_minus_stored") or {}).get(me, [])}
+
+
+def stored_deleted(name: str) -> set[int]:
+    me = bookie_id(name)
+    return {l["ledger_id"] for l in manifest()["ledgers"]
+            if l["ledger_id"] in deleted_ledgers() and l["stored_on"].get(me)}
+
+
+def assert_clean_report(name: str, status: int, report: dict) -> None:
+    found = by_category(report)
+    assert set(found) <= {"missing_entry", "orphan_ledger"}, found
+    assert entries_of(found.get("missing_entry", [])) == expected_missing(name)
+    assert {f["ledger_id"] for f in found.get("orphan_ledger", [])} == stored_deleted(name)
+    assert status == (1 if expected_missing(name) else 0)
+    assert report["bookie_id"] == bookie_id(name)
+    stored = sum(len(l["stored_on"].get(bookie_id(name), [])) for l in manifest()["ledgers"]
+                 if l["ledger_id"] not in deleted_ledgers())
+    assert report["summary"]["entries_verified"] >= stored

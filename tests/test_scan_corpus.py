@@ -2,54 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from corpus import BOOKIES, CORPUS, bookie_id, corruption_report, deleted_ledgers, manifest, scan_args
+from corpus import (BOOKIES, CORPUS, assert_clean_report, by_category, corruption_report, deleted_ledgers,
+                    entries_of, expected_missing, scan, scan_args, stored_deleted)
 from scanner.cli import main
 
 DUMP = CORPUS / "zk-dump.json"
-
-
-def scan(capsys, *args: str) -> tuple[int, dict]:
-    status = main(["scan", *args, "--format", "json"])
-    return status, json.loads(capsys.readouterr().out)
-
-
-def by_category(report: dict) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for finding in report["findings"]:
-        out.setdefault(finding["category"], []).append(finding)
-    return out
-
-
-def entries_of(findings: list[dict]) -> set[tuple[int, int]]:
-    return {(f["ledger_id"], e) for f in findings for first, last in f["entries"] for e in range(first, last + 1)}
-
-
-def expected_missing(name: str) -> set[tuple[int, int]]:
-    me = bookie_id(name)
-    return {(l["ledger_id"], e) for l in manifest()["ledgers"]
-            for e in (l.get("expected_minus_stored") or {}).get(me, [])}
-
-
-def stored_deleted(name: str) -> set[int]:
-    me = bookie_id(name)
-    return {l["ledger_id"] for l in manifest()["ledgers"]
-            if l["ledger_id"] in deleted_ledgers() and l["stored_on"].get(me)}
-
-
-def assert_clean_report(name: str, status: int, report: dict) -> None:
-    found = by_category(report)
-    assert set(found) <= {"missing_entry", "orphan_ledger"}, found
-    assert entries_of(found.get("missing_entry", [])) == expected_missing(name)
-    assert {f["ledger_id"] for f in found.get("orphan_ledger", [])} == stored_deleted(name)
-    assert status == (1 if expected_missing(name) else 0)
-    assert report["bookie_id"] == bookie_id(name)
-    stored = sum(len(l["stored_on"].get(bookie_id(name), [])) for l in manifest()["ledgers"]
-                 if l["ledger_id"] not in deleted_ledgers())
-    assert report["summary"]["entries_verified"] >= stored
 
 
 @pytest.mark.parametrize("name", BOOKIES)
