@@ -233,7 +233,7 @@ def _decode_v3(data: bytes, offset: int, where: str) -> dict:
     size, offset = _read_varint32(data, offset, where)
     if size > len(data) - offset:
         raise MetadataFormatError(
-            f"{where}: V3 body length {size} at offset {offset} runs past the end ({len(data) - offset} bytes left)"
+            f"{where}: V3 body of {size} bytes at offset {offset} runs past the end ({len(data) - offset} bytes left)"
         )
     msg = LedgerMetadataFormat()
     try:
