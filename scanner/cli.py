@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "scan",
     "demo",
     "metadata",
+    "marks",
 )
 
 EXIT_USAGE = 2

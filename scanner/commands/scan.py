@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import tempfile
+from pathlib import Path
 
 from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
 
@@ -42,6 +43,14 @@ def register(subparsers) -> None:
     parser.add_argument("--rate", metavar="BYTES_PER_SEC", type=int,
                         help="read at most this many bytes per second (default: unlimited)")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="report format (default: text)")
+    repair = parser.add_argument_group("repair (default: report only)")
+    repair.add_argument("--mark", action="store_true",
+                        help="mark damaged ledgers under-replicated in ZooKeeper, as BookKeeper's Auditor does, "
+                             "so auto-recovery re-replicates them (needs zk:// metadata)")
+    repair.add_argument("--marks-per-second", metavar="N", type=float, default=50.0,
+                        help="at most this many marks per second (default: 50; 0 = unlimited)")
+    repair.add_argument("--state-dir", metavar="DIR", type=Path,
+                        help="the scanner's state dir: filed marks are recorded there for follow-up")
     parser.set_defaults(func=run)
 
 
@@ -56,18 +65,35 @@ def run(args) -> int:
     layout = bookie_layout(args)
     store = metadata_store(args, layout)
     try:
+        if args.mark:
+            from scanner.repair.after_scan import marks_for
+
+            marks_for(store)  # a usage error before a long scan, not after
         with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
                 open_bookie(layout, work_dir=work_dir) as storage:
             report = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger,
                                  entry_logs=args.entry_log, pacer=Pacer(bytes_per_second=args.rate),
                                  progress=ProgressLine())
+        repair = None
+        if args.mark:
+            from scanner.repair.after_scan import mark_damage
+
+            repair = mark_damage(store, layout.bookie_id, report.findings, state_dir=args.state_dir,
+                                 marks_per_second=args.marks_per_second or None)
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata became unavailable during the scan: {exc}") from None
     finally:
         store.close()
     if args.format == "json":
-        json.dump(report.to_json(), sys.stdout, indent=2)
+        document = report.to_json()
+        if repair is not None:
+            document["repair"] = repair
+        json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(report.to_text())
+        if repair is not None:
+            from scanner.repair.after_scan import repair_text
+
+            sys.stdout.write(repair_text(repair))
     return report.exit_status
