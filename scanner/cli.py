@@ -11,6 +11,7 @@ import sys
 COMMAND_MODULES = (
     "scan",
     "demo",
+    "inspect",
     "metadata",
     "marks",
 )

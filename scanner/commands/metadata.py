@@ -40,7 +40,7 @@ def register(subparsers) -> None:
     show.add_argument("--ledger", metavar="ID", type=int, required=True, help="the ledger id (decimal)")
     show.add_argument("--json", action="store_true", help="print JSON instead of text")
     show.add_argument("--show-password", action="store_true", help="print the ledger password itself")
-    show.set_defaults(func=_show)
+    show.set_defaults(func=show_ledger)
 
 
 def _dump(args) -> int:
@@ -65,7 +65,8 @@ def _dump(args) -> int:
     return 0
 
 
-def _show(args) -> int:
+def show_ledger(args) -> int:
+    """Print one ledger's metadata (args: metadata, ledger, json, show_password); used by `inspect ledger` too."""
     from scanner.metadata.ledger import MetadataFormatError
     from scanner.metadata.store import MetadataUnavailable
 

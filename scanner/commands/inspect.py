@@ -1,0 +1,184 @@
+"""``bookie-scanner inspect``: look inside one thing — an entry log, an index file, a ledger's locations, its metadata."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from scanner.cli import UsageError
+from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
+
+DESCRIPTION = """\
+Look inside one thing, read-only. Like 'bookkeeper shell readlog', but every record's digest is
+checked against its ledger's digest type and password (from --metadata, or --digest/--password).
+"""
+
+EPILOG = """\
+examples:
+  bookie-scanner inspect entry-log /data/bk/ledgers/current/1a.log --metadata file:zk-dump.json
+  bookie-scanner inspect index /data/bk/ledgers/current/0/5/5.idx
+  bookie-scanner inspect locations --bookie-conf bk_server.conf --ledger 5
+  bookie-scanner inspect ledger --metadata zk://zk1:2181/ledgers --ledger 5
+"""
+
+DIGESTS = ("CRC32", "CRC32C", "MAC", "DUMMY")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("inspect", help="look inside an entry log, an index file, a ledger",
+                                   description=DESCRIPTION, epilog=EPILOG,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    things = parser.add_subparsers(dest="thing", metavar="THING", required=True)
+
+    log = things.add_parser("entry-log", help="every record of an entry log with its digest verdict")
+    log.add_argument("path", type=Path, help="an entry log file (<hex id>.log)")
+    log.add_argument("--entry-log-id", type=int, help="its numeric id (default: from the file name)")
+    add_metadata_option(log)
+    log.add_argument("--digest", choices=DIGESTS, help="verify every record with this digest type instead")
+    log.add_argument("--password", default="", help="ledger password for --digest MAC (UTF-8)")
+    log.add_argument("--json", action="store_true", help="JSON instead of text")
+    log.set_defaults(func=_entry_log)
+
+    index = things.add_parser("index", help="an .idx file of Interleaved/Sorted storage: header and slots")
+    index.add_argument("path", type=Path)
+    index.add_argument("--json", action="store_true")
+    index.set_defaults(func=_index)
+
+    locations = things.add_parser("locations", help="a ledger's index state and entry locations on a bookie "
+                                                     "(any storage, RocksDB included)")
+    add_bookie_options(locations)
+    locations.add_argument("--ledger", type=int, required=True, metavar="ID")
+    locations.add_argument("--json", action="store_true")
+    locations.set_defaults(func=_locations)
+
+    ledger = things.add_parser("ledger", help="a ledger's metadata (same as 'metadata show')")
+    add_metadata_option(ledger)
+    ledger.add_argument("--ledger", type=int, required=True, metavar="ID")
+    ledger.add_argument("--json", action="store_true")
+    ledger.add_argument("--show-password", action="store_true")
+    ledger.set_defaults(func=_ledger)
+
+
+def _emit(args, obj: dict, lines: list[str]) -> None:
+    if args.json:
+        json.dump(obj, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _entry_log(args) -> int:
+    from scanner.storage.entry import DigestType, DigestVerifier
+    from scanner.storage.entrylog import EntryLog, EntryLogError
+
+    log_id = args.entry_log_id
+    if log_id is None:
+        try:
+            log_id = int(args.path.name.split(".")[0], 16)
+        except ValueError:
+            raise UsageError(f"{args.path}: not named <hex id>.log; pass --entry-log-id") from None
+    if args.digest:
+        fixed = DigestVerifier(DigestType.HMAC if args.digest == "MAC" else DigestType[args.digest],
+                               args.password.encode())
+        verifier_for = lambda ledger_id: fixed  # noqa: E731
+    elif args.metadata:
+        verifier_for = _metadata_verifiers(metadata_store(args))
+    else:
+        verifier_for = lambda ledger_id: None  # noqa: E731
+    records = []
+    try:
+        entry_log = EntryLog(args.path, log_id)
+    except EntryLogError as exc:
+        raise UsageError(str(exc)) from None
+    with entry_log:
+        for record in entry_log.records():
+            verifier = verifier_for(record.ledger_id)
+            verdict = "unchecked" if verifier is None else ("ok" if verifier.verify(record.entry) else "DIGEST MISMATCH")
+            records.append({"ledger_id": record.ledger_id, "entry_id": record.entry_id, "offset": record.pos,
+                            "size": len(record.entry), "digest": verdict})
+        header = entry_log.header
+        ledgers_map = entry_log.ledgers_map()
+        problems = [str(p) for p in entry_log.problems]
+    obj = {"path": str(args.path), "entry_log_id": log_id,
+           "header": None if header is None else {"version": header.version,
+                                                  "ledgers_map_offset": header.ledgers_map_offset,
+                                                  "ledgers_count": header.ledgers_count, "direct": header.direct},
+           "records": records, "ledgers_map": ledgers_map and {str(k): v for k, v in sorted(ledgers_map.items())},
+           "problems": problems}
+    lines = [f"{args.path} (entry log {log_id})"]
+    if header is None:
+        lines.append("  no header yet (a preallocated or unflushed log)")
+    else:
+        lines.append(f"  header v{header.version}{' DirectEntryLogger' if header.direct else ''}, ledgers map at "
+                     f"{header.ledgers_map_offset or 'none'}, {header.ledgers_count} ledgers")
+    lines.append(f"  {'ledger':>12} {'entry':>8} {'offset':>10} {'size':>8}  digest")
+    lines += [f"  {r['ledger_id']:>12} {r['entry_id']:>8} {r['offset']:>10} {r['size']:>8}  {r['digest']}" for r in records]
+    if ledgers_map:
+        lines.append("  ledgers map: " + ", ".join(f"{k}: {v} B" for k, v in sorted(ledgers_map.items())))
+    lines += [f"  PROBLEM: {p}" for p in problems]
+    _emit(args, obj, lines)
+    bad = problems or any(r["digest"] == "DIGEST MISMATCH" for r in records)
+    return 1 if bad else 0
+
+
+def _metadata_verifiers(store):
+    from scanner.storage.entry import DigestVerifier
+
+    cache: dict[int, object] = {}
+
+    def verifier_for(ledger_id: int):
+        if ledger_id not in cache:
+            meta = store.ledger(ledger_id)
+            cache[ledger_id] = (None if meta is None or meta.digest_type is None
+                                else DigestVerifier(meta.digest_type, meta.password or b""))
+        return cache[ledger_id]
+
+    return verifier_for
+
+
+def _state(state) -> dict:
+    return {"master_key": state.master_key.hex(), "fenced": state.fenced,
+            "explicit_lac": None if state.explicit_lac is None else state.explicit_lac.hex(), "limbo": state.limbo}
+
+
+def _index(args) -> int:
+    from scanner.storage.indexfile import IndexFile, IndexFileError
+
+    try:
+        with IndexFile(args.path) as index:
+            slots = [{"entry_id": e, "entry_log": loc.entry_log_id, "offset": loc.pos} for e, loc in index.locations()]
+            obj = {"path": str(args.path), "version": index.version, **_state(index.state), "entries": slots}
+    except (OSError, IndexFileError) as exc:
+        raise UsageError(str(exc)) from None
+    lines = [f"{args.path}: header v{obj['version']}, fenced {obj['fenced']}, master key {obj['master_key']}, "
+             f"explicit LAC {obj['explicit_lac'] or 'none'}",
+             f"  {'entry':>8} {'entry log':>10} {'offset':>10}"]
+    lines += [f"  {s['entry_id']:>8} {s['entry_log']:>10} {s['offset']:>10}" for s in slots]
+    _emit(args, obj, lines)
+    return 0
+
+
+def _locations(args) -> int:
+    import tempfile
+
+    from scanner.storage.bookie import open_bookie
+
+    layout = bookie_layout(args)
+    with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, open_bookie(layout, work_dir=work_dir) as storage:
+        state = storage.ledger_index(args.ledger)
+        slots = [{"entry_id": e, "entry_log": loc.entry_log_id, "offset": loc.pos} for e, loc in storage.locations(args.ledger)]
+    obj = {"bookie_id": layout.bookie_id, "storage": layout.storage, "ledger_id": args.ledger,
+           "index": None if state is None else _state(state), "entries": slots}
+    lines = [f"ledger {args.ledger} on {layout.bookie_id} ({layout.storage}): "
+             + ("not in the index" if state is None else f"fenced {state.fenced}, master key {state.master_key.hex()}")]
+    lines += [f"  entry {s['entry_id']:>8} -> entry log {s['entry_log']} offset {s['offset']}" for s in slots]
+    _emit(args, obj, lines)
+    return 0 if state is not None else 1
+
+
+def _ledger(args) -> int:
+    from scanner.commands.metadata import show_ledger
+
+    return show_ledger(args)
