@@ -225,6 +225,10 @@ class FollowUp:
         meta = store.ledger(ledger_id)
         if meta is None:
             return self._end(ledger_id, "ledger deleted", report)
+        recorded = Finding(record.category, ledger_id, record.entries, None, None, record.reason)
+        moved = plan_ledger(ledger_id, [recorded], meta, self.bookie_id)
+        if moved.action is Action.SKIP:
+            return self._end(ledger_id, moved.reason, report)
         damage = damage_by_ledger(reverify(ledger_id)).get(ledger_id, [])
         if not damage:
             return self._end(ledger_id, "no damage left on this bookie: repaired", report)
