@@ -11,6 +11,7 @@ from scanner.audit.availability import (
     MalformedAvailability,
     SequenceGroup,
     clip_runs,
+    decode_runs,
     gaps_in,
     merge_runs,
     subtract_runs,
@@ -99,6 +100,7 @@ def test_random_sets_round_trip():
         back = EntryAvailability.decode(held.encode())
         assert back == held
         assert entries_of(back) == entry_ids
+        assert decode_runs(held.encode()) == tuple(back.runs()) == canonical(entry_ids)
         assert back.entry_count == len(entry_ids)
         probes = entry_ids + [rng.randrange(limit) for _ in range(20)]
         assert all((probe in back) == (probe in set(entry_ids)) for probe in probes)
@@ -123,6 +125,7 @@ def test_random_periodic_groups_round_trip():
         assert held.entry_count == len(expected)
         assert [entry for entry in range(start + 3) if entry in held] == expected
         assert held.encode() == encoded(*groups)
+        assert as_set(decode_runs(encoded(*groups))) == set(expected)
 
 
 def test_builder_streams_a_million_entries_into_one_group():
@@ -174,6 +177,8 @@ def test_malformed_bytes_are_typed_errors_naming_offset(data, offset, message):
         EntryAvailability.decode(data, source="bookie 127.0.0.1:3181 ledger 7")
     assert caught.value.offset == offset
     assert str(caught.value).startswith(f"bookie 127.0.0.1:3181 ledger 7: offset {offset}: ")
+    with pytest.raises(MalformedAvailability, match=message):
+        decode_runs(data)
 
 
 def test_reserved_header_bytes_are_ignored_like_bookkeeper():

@@ -71,14 +71,37 @@ class SequenceGroup:
 
     def runs(self) -> Iterator[Run]:
         """The group's sequences as runs, ascending."""
-        step = self.sequence_period or 1  # period 0 means a single sequence
-        for start in range(self.first_sequence_start, self.last_sequence_start + 1, step):
-            yield start, start + self.sequence_size - 1
+        return _sequence_runs((_fields(self),))
 
 
-def _group_problem(group: SequenceGroup) -> str | None:
-    first, last = group.first_sequence_start, group.last_sequence_start
-    size, period = group.sequence_size, group.sequence_period
+_Fields = tuple[int, int, int, int]  # a group as stored: first start, last start, size, period
+
+
+def _fields(group: SequenceGroup) -> _Fields:
+    return group.first_sequence_start, group.last_sequence_start, group.sequence_size, group.sequence_period
+
+
+def _sequence_runs(groups: Iterable[_Fields]) -> Iterator[Run]:
+    for first, last, size, period in groups:
+        if period:
+            for start in range(first, last + 1, period):
+                yield start, start + size - 1
+        else:  # a single sequence: the only kind BookKeeper writes
+            yield first, first + size - 1
+
+
+def _check_groups(groups: Iterable[_Fields]) -> None:
+    previous_last = -1
+    for index, (first, last, size, period) in enumerate(groups):
+        problem = _group_problem(first, last, size, period)
+        if problem is None and first <= previous_last:
+            problem = f"group starts at {first}, not after the previous group's last entry {previous_last}"
+        if problem is not None:
+            raise MalformedAvailability("sequence groups", HEADER_SIZE + GROUP_SIZE * index, f"group {index}: {problem}")
+        previous_last = last + size - 1
+
+
+def _group_problem(first: int, last: int, size: int, period: int) -> str | None:
     if first < 0:
         return f"firstSequenceStart {first} is negative"
     if size < 1:
@@ -106,16 +129,7 @@ class EntryAvailability:
     groups: tuple[SequenceGroup, ...] = ()
 
     def __post_init__(self) -> None:
-        previous_last = -1
-        for index, group in enumerate(self.groups):
-            problem = _group_problem(group)
-            if problem is None and group.first_sequence_start <= previous_last:
-                problem = (f"group starts at {group.first_sequence_start}, "
-                           f"not after the previous group's last entry {previous_last}")
-            if problem is not None:
-                raise MalformedAvailability("sequence groups", HEADER_SIZE + GROUP_SIZE * index,
-                                            f"group {index}: {problem}")
-            previous_last = group.last_entry_id
+        _check_groups(map(_fields, self.groups))
 
     @classmethod
     def from_runs(cls, runs: Iterable[Run]) -> EntryAvailability:
@@ -140,23 +154,7 @@ class EntryAvailability:
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, source: str = "availability bytes") -> EntryAvailability:
         """Parse the ``AvailabilityOfEntriesOfLedger`` bytes; ``source`` names them in errors."""
-        view = memoryview(data).cast("B")
-        if len(view) < HEADER_SIZE:
-            raise MalformedAvailability(source, 0, f"expected a {HEADER_SIZE}-byte header, got {len(view)} bytes")
-        version, count = _HEADER.unpack_from(view, 0)
-        if version != HEADER_VERSION:
-            raise MalformedAvailability(source, 0, f"expected header version {HEADER_VERSION}, got {version}")
-        if count < 0:
-            raise MalformedAvailability(source, 4, f"expected a non-negative group count, got {count}")
-        expected = HEADER_SIZE + GROUP_SIZE * count
-        if len(view) != expected:
-            raise MalformedAvailability(source, 4, f"{count} groups need exactly {expected} bytes, got {len(view)}")
-        # the reserved header bytes are ignored, as BookKeeper's reader does
-        groups = tuple(SequenceGroup(*fields) for fields in _GROUP.iter_unpack(view[HEADER_SIZE:]))
-        try:
-            return cls(groups)
-        except MalformedAvailability as error:
-            raise MalformedAvailability(source, error.offset, error.problem) from None
+        return cls(tuple(SequenceGroup(*fields) for fields in _unpack(data, source)))
 
     def encode(self) -> bytes:
         """The ``AvailabilityOfEntriesOfLedger`` bytes."""
@@ -177,7 +175,36 @@ class EntryAvailability:
 
     def runs(self) -> Iterator[Run]:
         """Canonical runs of the entries held (adjacent groups joined)."""
-        return _coalesce(run for group in self.groups for run in group.runs())
+        return _coalesce(_sequence_runs(map(_fields, self.groups)))
+
+
+def decode_runs(data: bytes | bytearray | memoryview, source: str = "availability bytes") -> tuple[Run, ...]:
+    """Canonical runs straight from ``AvailabilityOfEntriesOfLedger`` bytes, without building groups.
+
+    Same checks and errors as ``EntryAvailability.decode``; the audit's hot path.
+    """
+    return tuple(_coalesce(_sequence_runs(_unpack(data, source))))
+
+
+def _unpack(data: bytes | bytearray | memoryview, source: str) -> list[_Fields]:
+    view = memoryview(data).cast("B")
+    if len(view) < HEADER_SIZE:
+        raise MalformedAvailability(source, 0, f"expected a {HEADER_SIZE}-byte header, got {len(view)} bytes")
+    version, count = _HEADER.unpack_from(view, 0)
+    if version != HEADER_VERSION:
+        raise MalformedAvailability(source, 0, f"expected header version {HEADER_VERSION}, got {version}")
+    if count < 0:
+        raise MalformedAvailability(source, 4, f"expected a non-negative group count, got {count}")
+    expected = HEADER_SIZE + GROUP_SIZE * count
+    if len(view) != expected:
+        raise MalformedAvailability(source, 4, f"{count} groups need exactly {expected} bytes, got {len(view)}")
+    # the reserved header bytes are ignored, as BookKeeper's reader does
+    groups = list(_GROUP.iter_unpack(view[HEADER_SIZE:]))
+    try:
+        _check_groups(groups)
+    except MalformedAvailability as error:
+        raise MalformedAvailability(source, error.offset, error.problem) from None
+    return groups
 
 
 def _group_start(group: SequenceGroup) -> int:
@@ -211,13 +238,18 @@ def merge_runs(runs: Iterable[Run]) -> tuple[Run, ...]:
 
 def clip_runs(runs: Sequence[Run], first: int, last: int) -> tuple[Run, ...]:
     """The part of canonical ``runs`` inside the inclusive range [first, last]."""
-    clipped = []
-    for index in range(bisect_left(runs, first, key=_run_last), len(runs)):
-        run_first, run_last = runs[index]
-        if run_first > last:
-            break
-        clipped.append((max(run_first, first), min(run_last, last)))
+    start = bisect_left(runs, first, key=_run_last)
+    clipped = list(runs[start:bisect_right(runs, last, lo=start, key=_run_first)])
+    if clipped:
+        if clipped[0][0] < first:
+            clipped[0] = (first, clipped[0][1])
+        if clipped[-1][1] > last:
+            clipped[-1] = (clipped[-1][0], last)
     return tuple(clipped)
+
+
+def _run_first(run: Run) -> int:
+    return run[0]
 
 
 def _run_last(run: Run) -> int:
@@ -243,12 +275,15 @@ def subtract_runs(runs: Sequence[Run], removed: Sequence[Run]) -> tuple[Run, ...
     return tuple(kept)
 
 
-def gaps_in(runs: Sequence[Run], first: int, last: int) -> Iterator[Run]:
+def gaps_in(runs: Sequence[Run], first: int, last: int) -> tuple[Run, ...]:
     """Runs of the entries in [first, last] that canonical ``runs`` miss."""
-    cursor = first
-    for run_first, run_last in clip_runs(runs, first, last):
-        if run_first > cursor:
-            yield cursor, run_first - 1
-        cursor = run_last + 1
-    if cursor <= last:
-        yield cursor, last
+    clipped = clip_runs(runs, first, last)
+    if not clipped:
+        return ((first, last),) if first <= last else ()
+    # canonical runs are never adjacent, so there is a gap between every two of them
+    gaps = [(before[1] + 1, after[0] - 1) for before, after in zip(clipped, clipped[1:])]
+    if clipped[0][0] > first:
+        gaps.insert(0, (first, clipped[0][0] - 1))
+    if clipped[-1][1] < last:
+        gaps.append((clipped[-1][1] + 1, last))
+    return tuple(gaps)

@@ -71,10 +71,12 @@ def ledger_violations(
         raise ValueError(f"metadata of ledger {metadata.ledger_id} given for ledger {ledger_id}")
     good, damaged, held = {}, {}, {}
     for bookie, (good_runs, damaged_runs) in listings.items():
-        kept, bad = merge_runs(good_runs), merge_runs(damaged_runs)
-        good[bookie] = subtract_runs(kept, bad)
-        damaged[bookie] = bad
-        held[bookie] = merge_runs((*kept, *bad))
+        kept = merge_runs(good_runs)
+        if damaged_runs:
+            bad = damaged[bookie] = merge_runs(damaged_runs)
+            good[bookie], held[bookie] = subtract_runs(kept, bad), merge_runs((*kept, *bad))
+        else:
+            good[bookie] = held[bookie] = kept
     # the end of a non-closed ledger's last fragment is unknown, so it is not judged
     fragments = [fragment for fragment in metadata.fragments() if fragment.last_entry_id is not None]
     return [
@@ -202,10 +204,9 @@ def _lacking_pieces(
     for index, bookie in enumerate(fragment.bookies):
         for gap_first, gap_last in gaps_in(good.get(bookie, ()), fragment.first_entry_id, fragment.last_entry_id):
             first = _first_striped(index, gap_first, size, quorum)
-            last = _last_striped(index, gap_last, size, quorum)
-            if first <= last:
+            if first <= gap_last:
                 events.append((first, 1, index))
-                events.append((last + 1, 0, index))
+                events.append((_last_striped(index, gap_last, size, quorum) + 1, 0, index))
     events.sort()
     # sweep the gap boundaries: between two of them the set of lacking bookies is constant
     active: set[int] = set()
@@ -259,9 +260,9 @@ def _extra_copies(ledger_id: int, fragments: Sequence[Fragment], held: Mapping[s
                     count = last - first + 1
                 else:
                     first = _first_unstriped(index, first, size, quorum)
-                    last = _last_unstriped(index, last, size, quorum)
                     if first > last:
                         continue
+                    last = _last_unstriped(index, last, size, quorum)
                     count = last - first + 1 - _striped_count(fragment, (index,), first, last)
                 findings.setdefault(bookie, _Finding()).add(first, last, count)
     return [
