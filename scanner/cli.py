@@ -14,6 +14,10 @@ COMMAND_MODULES = (
     "inspect",
     "metadata",
     "marks",
+    "run",
+    "status",
+    "suspect",
+    "pause",
 )
 
 EXIT_USAGE = 2

@@ -1,0 +1,96 @@
+"""Metadata that outlives a ZooKeeper outage: the last copy read of each ledger, used while it is down."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+
+from scanner.metadata.store import MetadataUnavailable
+
+log = logging.getLogger(__name__)
+
+# Ledger metadata is a few hundred bytes: this bounds the cache to tens of MiB.
+CACHED_LEDGERS = 200_000
+
+
+class CachedMetadata:
+    """Wraps a store: reads go to it while it answers, to the last copy read while it does not.
+
+    A ledger never read before still raises MetadataUnavailable during an outage: the caller waits.
+    """
+
+    def __init__(self, store, capacity: int = CACHED_LEDGERS):
+        self.store = store
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._ledgers: OrderedDict[int, object] = OrderedDict()
+        self._ledger_ids: list[int] | None = None
+        self._reachable = True
+
+    @property
+    def root(self) -> str:
+        return self.store.root
+
+    @property
+    def client(self):
+        """The kazoo client of a ZooKeeper store (None for a dump): repair writes through it."""
+        return getattr(self.store, "client", None)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the store answers now; a dump always does."""
+        client = self.client
+        return self._reachable if client is None else bool(client.connected) and self._reachable
+
+    def ledger(self, ledger_id: int):
+        if self.client is not None and not self.client.connected:
+            return self._cached(ledger_id, None)
+        try:
+            meta = self.store.ledger(ledger_id)
+        except MetadataUnavailable as exc:
+            return self._cached(ledger_id, exc)
+        self._note_reachable(True)
+        with self._lock:
+            self._ledgers[ledger_id] = meta
+            self._ledgers.move_to_end(ledger_id)
+            if len(self._ledgers) > self.capacity:
+                self._ledgers.popitem(last=False)
+        return meta
+
+    def _cached(self, ledger_id: int, error: MetadataUnavailable | None):
+        self._note_reachable(False)
+        with self._lock:
+            if ledger_id in self._ledgers:
+                return self._ledgers[ledger_id]
+        raise error or MetadataUnavailable(f"metadata unreachable and ledger {ledger_id} not read before")
+
+    def ledger_ids(self):
+        if self.client is None or self.client.connected:
+            try:
+                ids = list(self.store.ledger_ids())
+            except MetadataUnavailable:
+                self._note_reachable(False)
+            else:
+                self._note_reachable(True)
+                with self._lock:
+                    self._ledger_ids = ids
+                return iter(ids)
+        with self._lock:
+            if self._ledger_ids is None:
+                raise MetadataUnavailable("metadata unreachable and the ledger list never read")
+            return iter(self._ledger_ids)
+
+    def bookies(self):
+        return self.store.bookies()
+
+    def _note_reachable(self, reachable: bool) -> None:
+        if reachable != self._reachable:
+            self._reachable = reachable
+            if reachable:
+                log.warning("metadata reachable again")
+            else:
+                log.warning("metadata unreachable: scanning on with the ledger metadata read before")
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,176 @@
+"""The agent's configuration: a TOML file, checked whole at load so a mistake is one line."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from throttle import AllowedWindows, BackoffPolicy
+
+DEFAULT_LISTEN = "127.0.0.1:9721"
+SECONDS_PER_DAY = 86400.0
+
+
+class ConfigError(ValueError):
+    """The config file cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleConfig:
+    bytes_per_second: float | None
+    entries_per_second: float | None
+    windows: AllowedWindows | None
+    outside_factor: float
+    backoff: BackoffPolicy
+    disk_backoff: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    source: Path
+    bookie_conf: Path
+    ledger_dirs: tuple[Path, ...] | None
+    bookie_id: str | None
+    log_files: tuple[Path, ...]
+    metadata_uri: str | None
+    state_dir: Path
+    listen_host: str
+    listen_port: int
+    checkpoint_seconds: float
+    period_seconds: float
+    suspect_window_seconds: float
+    suspect_limit: int
+    throttle: ThrottleConfig
+    mark: bool
+    repair_command: str | None
+
+
+_KNOWN = {
+    "bookie": {"conf", "ledger_dirs", "bookie_id", "log_files"},
+    "metadata": {"uri"},
+    "agent": {"state_dir", "listen", "checkpoint_seconds", "period_days", "suspect_window_minutes", "suspect_limit"},
+    "throttle": {"bytes_per_second", "entries_per_second", "window_hours", "window_days", "outside_rate",
+                 "busy_threshold", "idle_threshold", "floor", "disk_backoff"},
+    "repair": {"mark", "repair_command"},
+}
+
+
+class _Table:
+    """One TOML table with typed getters whose errors name the file and the key."""
+
+    def __init__(self, source: Path, name: str, values: dict):
+        self.source, self.name, self.values = source, name, values
+
+    def _fail(self, key: str, expected: str) -> ConfigError:
+        return ConfigError(f"{self.source}: [{self.name}] {key} = {self.values[key]!r}: expected {expected}")
+
+    def text(self, key: str, default: str | None = None) -> str | None:
+        value = self.values.get(key, default)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise self._fail(key, "a non-empty string")
+        return value
+
+    def number(self, key: str, default: float | None, *, low: float = 0.0, high: float = float("inf"),
+               low_open: bool = False) -> float | None:
+        value = self.values.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                (value > low if low_open else value >= low) and value <= high):
+            bound = f"> {low:g}" if low_open else f">= {low:g}"
+            raise self._fail(key, f"a number {bound}" + ("" if high == float("inf") else f" and <= {high:g}"))
+        return float(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.values.get(key, default)
+        if not isinstance(value, bool):
+            raise self._fail(key, "true or false")
+        return value
+
+    def paths(self, key: str) -> tuple[Path, ...] | None:
+        value = self.values.get(key)
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self._fail(key, "a path or a list of paths")
+        return tuple(self.relative(Path(v)) for v in value)
+
+    def relative(self, path: Path) -> Path:
+        # Relative paths in a config file mean relative to that file, not to wherever the agent started.
+        return path if path.is_absolute() else self.source.parent / path
+
+
+def load_config(path: Path) -> AgentConfig:
+    """Read and check the whole config; ConfigError (one line) on the first problem."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    for name, values in raw.items():
+        if name not in _KNOWN or not isinstance(values, dict):
+            raise ConfigError(f"{path}: unknown table [{name}]; expected {', '.join(f'[{t}]' for t in _KNOWN)}")
+        unknown = set(values) - _KNOWN[name]
+        if unknown:
+            raise ConfigError(f"{path}: unknown key {sorted(unknown)[0]!r} in [{name}]; "
+                              f"expected one of {', '.join(sorted(_KNOWN[name]))}")
+    bookie, metadata, agent, throttle, repair = (_Table(path, n, raw.get(n, {})) for n in _KNOWN)
+    conf = bookie.text("conf")
+    if conf is None:
+        raise ConfigError(f"{path}: [bookie] conf is required: the bookie's bk_server.conf")
+    state_dir = agent.text("state_dir")
+    if state_dir is None:
+        raise ConfigError(f"{path}: [agent] state_dir is required: where the agent keeps its cursors and queues")
+    host, port = _listen(agent)
+    return AgentConfig(
+        source=path,
+        bookie_conf=bookie.relative(Path(conf)),
+        ledger_dirs=bookie.paths("ledger_dirs"),
+        bookie_id=bookie.text("bookie_id"),
+        log_files=bookie.paths("log_files") or (),
+        metadata_uri=metadata.text("uri"),
+        state_dir=agent.relative(Path(state_dir)),
+        listen_host=host,
+        listen_port=port,
+        checkpoint_seconds=agent.number("checkpoint_seconds", 30, low=0, low_open=True),
+        period_seconds=agent.number("period_days", 7, low=0, low_open=True) * SECONDS_PER_DAY,
+        suspect_window_seconds=agent.number("suspect_window_minutes", 10) * 60,
+        suspect_limit=int(agent.number("suspect_limit", 10000, low=1)),
+        throttle=_throttle(throttle),
+        mark=repair.flag("mark", False),
+        repair_command=repair.text("repair_command"),
+    )
+
+
+def _listen(agent: _Table) -> tuple[str, int]:
+    value = agent.text("listen", DEFAULT_LISTEN)
+    host, colon, port = value.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise agent._fail("listen", "HOST:PORT, e.g. 127.0.0.1:9721 (port 0 picks a free one)")
+    return host.strip("[]"), int(port)
+
+
+def _throttle(table: _Table) -> ThrottleConfig:
+    hours, days = table.text("window_hours"), table.text("window_days")
+    try:
+        windows = None if hours is None and days is None else AllowedWindows.parse(hours, days)
+    except ValueError as exc:
+        raise ConfigError(f"{table.source}: [throttle] window_hours/window_days: {exc}") from None
+    busy = table.number("busy_threshold", 0.7, low=0, low_open=True, high=1)
+    idle = table.number("idle_threshold", min(0.5, busy), low=0, low_open=True, high=busy)
+    rate = table.number("bytes_per_second", 50_000_000)
+    entries = table.number("entries_per_second", 0)
+    return ThrottleConfig(
+        bytes_per_second=rate or None,
+        entries_per_second=entries or None,
+        windows=windows,
+        outside_factor=table.number("outside_rate", 0.0, high=1),
+        backoff=BackoffPolicy(busy_above=busy, idle_below=idle,
+                              floor=table.number("floor", 0.1, low=0, low_open=True, high=1)),
+        disk_backoff=table.flag("disk_backoff", True),
+    )

@@ -1,0 +1,68 @@
+"""Hands the agent's findings to repair: marks filed when ZooKeeper answers, and the follow-up cycle."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import threading
+
+from kazoo.exceptions import KazooException
+
+from scanner.agent.findingbook import FindingBook
+from scanner.metadata.store import MetadataUnavailable
+from scanner.repair.filer import MarkFiler
+from scanner.repair.followup import FollowUp
+from scanner.repair.marks import MarkError, UnderreplicationMarks
+from scanner.repair.planner import damage_by_ledger, plan_repairs
+
+log = logging.getLogger(__name__)
+
+
+class Marking:
+    """Files marks for recorded damage (each ledger once: the follow-up state remembers it)."""
+
+    def __init__(self, metadata, book: FindingBook, bookie_id: str, state_dir, repair_command: str | None):
+        self.metadata = metadata
+        self.book = book
+        self.bookie_id = bookie_id
+        filer = MarkFiler(UnderreplicationMarks(metadata.client, metadata.root), bookie_id)
+        self.followup = FollowUp(state_dir, filer,
+                                 repair_command=shlex.split(repair_command) if repair_command else None)
+        self._lock = threading.Lock()  # filing and the follow-up cycle never interleave
+        self.filed_ledgers = 0
+
+    def file_pending(self) -> int:
+        """File marks for damage recorded but not yet marked; 0 (and nothing lost) while ZooKeeper is down."""
+        with self._lock:
+            pending = self.book.awaiting_marks()
+            if not pending or not self.metadata.connected:
+                return 0
+            try:
+                metadata = {ledger_id: self.metadata.store.ledger(ledger_id) for ledger_id in damage_by_ledger(pending)}
+                report, _ = self.followup.file(plan_repairs(pending, metadata, self.bookie_id))
+            except (MetadataUnavailable, MarkError, KazooException) as exc:
+                log.warning("marks not filed yet (%s): will retry", exc)
+                return 0
+            failed = set(report.failed)
+            self.book.marked([f for f in pending if f.ledger_id not in failed])
+            filed = len(report.marked) + len(report.merged)
+            self.filed_ledgers += filed
+            return filed
+
+    def follow_up(self, reverify) -> None:
+        """One follow-up cycle over the marks filed; UNREPAIRED findings go to the book."""
+        with self._lock:
+            if not self.metadata.connected:
+                return
+            try:
+                report = self.followup.run_cycle(self.metadata.store, reverify)
+            except (MetadataUnavailable, MarkError, KazooException) as exc:
+                log.warning("follow-up cycle cut short (%s): will retry", exc)
+                return
+        self.book.record(report.findings)
+
+    def tracked_by_stage(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for record in list(self.followup.tracked.values()):
+            counts[record.stage.value] = counts.get(record.stage.value, 0) + 1
+        return counts

@@ -1,0 +1,324 @@
+"""The agent: one scanner thread per ledger dir, suspects fed from the bookie's log and the endpoint,
+periodic work on an apscheduler, marks filed when ZooKeeper answers, and systemd's protocol.
+
+SIGTERM/SIGINT stop at the next record (cursors saved, exit 0); SIGHUP reloads rates, windows and
+log files from the config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import threading
+import time
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from scanner.agent import control
+from scanner.agent.cached_metadata import CachedMetadata
+from scanner.agent.config import AgentConfig, ThrottleConfig, load_config
+from scanner.agent.endpoint import Endpoint
+from scanner.agent.findingbook import FindingBook
+from scanner.agent.logsignals import suspects_in_line
+from scanner.agent.logtail import LogTail
+from scanner.agent.metrics import agent_registry
+from scanner.agent.sdnotify import SystemdNotifier
+from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue, parse_suspect
+from scanner.agent.worker import LedgerDirWorker, WorkerSettings
+from scanner.bookie_scan import BookieScanner
+from scanner.metadata.store import MetadataUnavailable
+from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
+from scanner.storage.bookie import open_bookie
+from scanner.storage.layout import discover_layout
+from throttle import DiskLoad, Pacer
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+MARK_SECONDS = 5.0
+FOLLOW_UP_SECONDS = 3600.0
+CONNECT_RETRY_SECONDS = 5.0
+STOP_JOIN_SECONDS = 30.0
+
+
+class StartupError(Exception):
+    """The agent cannot start (bookie layout, metadata URI); one line for the operator."""
+
+
+class Agent:
+    """Everything the ``run`` command runs; ``run()`` blocks until stopped and returns the exit status."""
+
+    def __init__(self, config: AgentConfig, notifier: SystemdNotifier | None = None):
+        self.config = config
+        self.notifier = notifier or SystemdNotifier()
+        self.started = time.time()
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        from scanner.storage.layout import LayoutError
+
+        try:
+            self.layout = discover_layout(config.bookie_conf, ledger_dirs=config.ledger_dirs, bookie_id=config.bookie_id)
+        except LayoutError as exc:
+            raise StartupError(str(exc)) from None
+        self.metadata_uri = config.metadata_uri or metadata_uri_from_conf(self.layout.conf)
+        if not self.metadata_uri:
+            raise StartupError(f"{config.source}: no [metadata] uri and the bookie conf names no metadata service")
+        self.state_dir = config.state_dir
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._refuse_bookie_state_dir()
+        self.book = FindingBook(self.state_dir)
+        self.suspects = SuspectQueue(self.state_dir, config.suspect_window_seconds, config.suspect_limit)
+        self._paused = control.is_paused(self.state_dir)
+        self.metadata: CachedMetadata | None = None
+        self.marking = None
+        self.workers: list[LedgerDirWorker] = []
+        self.registry = agent_registry(self.health)
+        self.endpoint: Endpoint | None = None
+        self.tail = LogTail(config.log_files, self._on_log_line)
+        self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
+
+    def _refuse_bookie_state_dir(self) -> None:
+        state = self.state_dir.resolve()
+        for bookie_dir in self.layout.ledger_dirs + self.layout.index_dirs:
+            if state.is_relative_to(bookie_dir.resolve()):
+                raise StartupError(f"state dir {self.state_dir} lies inside bookie dir {bookie_dir}: "
+                                   "the agent never writes there; choose another")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: self._stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+        self.endpoint = Endpoint(self, self.config.listen_host, self.config.listen_port)
+        self.endpoint.start()
+        control.write_address(self.state_dir, self.endpoint.address)
+        try:
+            if not self._connect():
+                return 0
+            self._start_workers()
+            self.suspects.drain_inbox(self.route)
+            self.tail.start()
+            self._schedule()
+            self.notifier.ready(self._status_line())
+            log.info("agent for bookie %s serving on %s", self.layout.bookie_id, self.endpoint.address)
+            while not self._stop.wait(POLL_SECONDS):
+                if self._reload.is_set():
+                    self._reload.clear()
+                    self.reload()
+            self.notifier.stopping()
+            return 0
+        finally:
+            self._shutdown()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _connect(self) -> bool:
+        """Open the metadata store, retrying while it is unreachable; False if stopped first."""
+        while True:
+            try:
+                self.metadata = CachedMetadata(open_metadata(self.metadata_uri))
+                break
+            except MetadataUnavailable as exc:
+                self.notifier.status(f"waiting for metadata: {exc}")
+                log.warning("metadata unavailable at start, retrying in %gs: %s", CONNECT_RETRY_SECONDS, exc)
+                if self._stop.wait(CONNECT_RETRY_SECONDS):
+                    return False
+        if self.config.mark:
+            if self.metadata.client is None:
+                raise StartupError(f"{self.config.source}: [repair] mark needs ZooKeeper metadata, not {self.metadata_uri}")
+            from scanner.agent.marking import Marking
+
+            self.marking = Marking(self.metadata, self.book, self.layout.bookie_id, self.state_dir,
+                                   self.config.repair_command)
+        return True
+
+    def _start_workers(self) -> None:
+        count = len(self.layout.ledger_dirs)
+        for index in range(count):
+            worker = LedgerDirWorker(index, count, self._settings(self.config), self.metadata, self.book,
+                                     self.suspects, self._pacer(index), self._pacer(index), self.paused)
+            self.workers.append(worker)
+        for worker in self.workers:
+            worker.start()
+
+    def _settings(self, config: AgentConfig) -> WorkerSettings:
+        return WorkerSettings(self.layout, self.state_dir, config.period_seconds, config.checkpoint_seconds,
+                              config.throttle.bytes_per_second, config.throttle.entries_per_second)
+
+    def _pacer(self, index: int) -> Pacer:
+        throttle = self.config.throttle
+        loads = []
+        if throttle.disk_backoff:
+            try:
+                loads.append(DiskLoad(self.layout.ledger_dirs[index]))
+            except OSError as exc:
+                log.warning("%s: no disk back-off: %s", self.layout.ledger_dirs[index], exc)
+        return Pacer(throttle.bytes_per_second, throttle.entries_per_second, windows=throttle.windows,
+                     outside_factor=throttle.outside_factor, disk_loads=loads, backoff=throttle.backoff)
+
+    def _schedule(self) -> None:
+        add = self.scheduler.add_job
+        add(self._checkpoint, "interval", seconds=self.config.checkpoint_seconds, id="checkpoint")
+        add(self._poll, "interval", seconds=POLL_SECONDS, id="poll")
+        if self.marking is not None:
+            add(self.marking.file_pending, "interval", seconds=MARK_SECONDS, id="marks",
+                next_run_time=_now_datetime())
+            add(self._follow_up, "interval", seconds=FOLLOW_UP_SECONDS, id="follow-up")
+        if self.notifier.watchdog_interval:
+            add(self._watchdog, "interval", seconds=self.notifier.watchdog_interval, id="watchdog",
+                next_run_time=_now_datetime())
+        self.scheduler.start()
+
+    def _shutdown(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        for worker in self.workers:
+            if not worker.join(STOP_JOIN_SECONDS):
+                log.error("%s: scanner did not stop within %gs", worker.ledger_dir, STOP_JOIN_SECONDS)
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=True)
+        self.tail.stop()
+        if self.endpoint is not None:
+            self.endpoint.stop()
+        control.remove_address(self.state_dir)
+        if self.metadata is not None:
+            self.metadata.close()
+
+    # -- periodic work ------------------------------------------------------------------------
+
+    def _checkpoint(self) -> None:
+        for worker in self.workers:
+            worker.checkpoint()
+
+    def _poll(self) -> None:
+        paused = control.is_paused(self.state_dir)
+        if paused != self._paused:
+            self._set_paused_flag(paused)
+        if self.suspects.drain_inbox(self.route):
+            self._wake_all()
+        self.tail.poll()
+
+    def _watchdog(self) -> None:
+        self.notifier.watchdog()
+        self.notifier.status(self._status_line())
+
+    def _follow_up(self) -> None:
+        def reverify(ledger_id: int):
+            with open_bookie(self.layout, work_dir=self.state_dir / "work") as storage, \
+                    BookieScanner(storage, self.metadata, self.layout.bookie_id) as scanner:
+                return scanner.scan_ledger(ledger_id, verify_digests=True)
+
+        self.marking.follow_up(reverify)
+
+    # -- suspects, pause, reload --------------------------------------------------------------
+
+    def route(self, suspect: Suspect) -> list[Suspect]:
+        """The suspect as each responsible ledger dir's scanner sees it (none if no dir has it)."""
+        count = len(self.layout.ledger_dirs)
+        if suspect.ledger_dir is not None:
+            return [suspect] if suspect.ledger_dir < count else []
+        if suspect.kind != ENTRY_LOG:
+            return [dataclasses.replace(suspect, ledger_dir=suspect.id % count)]
+        name = f"{suspect.id:x}.log"
+        holders = [i for i, current in enumerate(self.layout.ledger_current_dirs) if (current / name).is_file()]
+        return [dataclasses.replace(suspect, ledger_dir=i) for i in holders]
+
+    def add_suspects(self, items: list) -> int:
+        """Queue suspects given as JSON objects (ValueError names a bad one); how many were new."""
+        routed = [s for item in items for s in self.route(parse_suspect(item))]
+        added = self.suspects.add(routed)
+        if added:
+            self._wake_all()
+        return added
+
+    def _on_log_line(self, line: str) -> None:
+        found = [s for suspect in suspects_in_line(line) for s in self.route(suspect)]
+        if found and self.suspects.add(found):
+            self._wake_all()
+
+    def paused(self) -> bool:
+        return self._paused
+
+    def set_paused(self, paused: bool) -> None:
+        control.persist_pause(self.state_dir, paused)
+        self._set_paused_flag(paused)
+
+    def _set_paused_flag(self, paused: bool) -> None:
+        self._paused = paused
+        log.warning("scanning %s", "paused" if paused else "resumed")
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        for worker in self.workers:
+            worker.wake()
+
+    def reload(self) -> None:
+        """Apply the config file again: rates, windows, back-off and log files (others need a restart)."""
+        try:
+            config = load_config(self.config.source)
+        except ValueError as exc:
+            log.error("reload refused, keeping the running config: %s", exc)
+            return
+        unchanged = ("bookie_conf", "ledger_dirs", "bookie_id", "metadata_uri", "state_dir", "listen_host",
+                     "listen_port", "mark")
+        for name in unchanged:
+            if getattr(config, name) != getattr(self.config, name):
+                log.warning("reload: %s changed; it takes effect at the next restart", name)
+        config = dataclasses.replace(config, **{name: getattr(self.config, name) for name in unchanged})
+        self.config = config
+        self.suspects.window_seconds = config.suspect_window_seconds
+        for worker in self.workers:
+            worker.settings = self._settings(config)
+            _apply_throttle(worker.pass_pacer, config.throttle)
+            _apply_throttle(worker.suspect_pacer, config.throttle)
+            worker.wake()
+        self.tail.set_paths(config.log_files)
+        log.warning("configuration reloaded from %s", config.source)
+
+    # -- health -------------------------------------------------------------------------------
+
+    def health(self) -> dict:
+        """Everything ``/health`` shows; ``/metrics`` and ``status`` are views of it."""
+        scanners = [dataclasses.asdict(w.status()) for w in self.workers]
+        connected = self.metadata.connected if self.metadata is not None else False
+        failing = any(s["error"] for s in scanners)
+        status = "paused" if self._paused else "degraded" if failing or not connected else "ok"
+        marking = self.marking
+        return {
+            "status": status,
+            "bookie_id": self.layout.bookie_id,
+            "storage": self.layout.storage,
+            "paused": self._paused,
+            "zookeeper_connected": connected,
+            "findings": self.book.counts(),
+            "scanners": scanners,
+            "suspects_queued": self.suspects.queued(),
+            "suspects_recent": sorted(self.suspects.recently_scanned()),
+            "marks": {
+                "enabled": marking is not None,
+                "awaiting": len(self.book.awaiting_marks()) if marking is not None else 0,
+                "filed": marking.filed_ledgers if marking is not None else 0,
+                "tracked": marking.tracked_by_stage() if marking is not None else {},
+            },
+            "period_seconds": self.config.period_seconds,
+            "uptime_seconds": time.time() - self.started,
+        }
+
+    def _status_line(self) -> str:
+        done = sum(w.cursor.passes_completed for w in self.workers)
+        progress = [f"{w.cursor.pass_progress:.0%}" for w in self.workers]
+        return f"passes {done}, progress {' '.join(progress)}, findings {sum(self.book.counts().values())}"
+
+
+def _apply_throttle(pacer: Pacer, throttle: ThrottleConfig) -> None:
+    pacer.set_rate(throttle.bytes_per_second, throttle.entries_per_second)
+    pacer.set_windows(throttle.windows, throttle.outside_factor)
+
+
+def _now_datetime():
+    from datetime import datetime
+
+    return datetime.now()

@@ -1,0 +1,54 @@
+"""``bookie-scanner run``: the long-running agent (what the systemd unit starts)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from scanner.cli import UsageError
+
+DESCRIPTION = """\
+Run the scanning agent for one bookie until stopped: one scanner per ledger directory walks its
+ledgers and entry logs in a full pass per period, throttled, suspects (from the bookie's log, the
+endpoint or 'bookie-scanner suspect') first. Progress is saved in the state dir; a restart resumes.
+
+Signals: SIGTERM/SIGINT stop at the next record (cursors saved, exit 0); SIGHUP reloads the config.
+Endpoint: GET /health, GET /metrics, POST /suspects, POST /pause, POST /resume.
+Exit status: 0 stopped, 2 configuration error.
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("run", help="run the background scanning agent",
+                                   description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", metavar="FILE", type=Path, required=True,
+                        help="the agent's TOML config (see conf/scanner.toml)")
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                        help="what the agent logs to stderr (default: INFO)")
+    parser.set_defaults(func=run)
+
+
+def load(path: Path):
+    """The config at ``path``; a UsageError (one line) if it cannot be used."""
+    from scanner.agent.config import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run(args) -> int:
+    import logging
+
+    from scanner.agent.service import Agent, StartupError
+
+    config = load(args.config)
+    logging.basicConfig(level=args.log_level, format="%(levelname)s %(threadName)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    try:
+        agent = Agent(config)
+    except StartupError as exc:
+        raise UsageError(str(exc)) from None
+    return agent.run()

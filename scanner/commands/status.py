@@ -1,0 +1,94 @@
+"""``bookie-scanner status``: the running agent's health, for a person (or as JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+EXIT_NOT_RUNNING = 3
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "status", help="show the running agent's health",
+        description="Ask the agent of this config for its health. Exit status: 0 ok, 1 degraded or "
+                    "findings, 2 configuration error, 3 agent not running (saved progress is shown).",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", metavar="FILE", type=Path, required=True, help="the agent's TOML config")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from scanner.agent.control import AgentNotRunning, call_agent
+    from scanner.commands.run import load
+
+    config = load(args.config)
+    try:
+        health = call_agent(config.state_dir, "GET", "/health")
+    except AgentNotRunning as exc:
+        return _not_running(config, exc, args.format)
+    if args.format == "json":
+        json.dump(health, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(health_text(health))
+    damaged = any(count for category, count in health["findings"].items() if category != "orphan_ledger")
+    return 0 if health["status"] in ("ok", "paused") and not damaged else 1
+
+
+def health_text(health: dict) -> str:
+    """The health JSON as a few lines for a person."""
+    lines = [f"bookie {health['bookie_id']} ({health['storage']} storage): {health['status'].upper()}",
+             f"  zookeeper      {'connected' if health['zookeeper_connected'] else 'NOT connected (scanning on cached metadata)'}",
+             f"  suspects       {health['suspects_queued']} queued"]
+    findings = health["findings"]
+    lines.append("  findings       " + (", ".join(f"{k} {v}" for k, v in findings.items()) or "none"))
+    marks = health["marks"]
+    if marks["enabled"]:
+        tracked = ", ".join(f"{k} {v}" for k, v in marks["tracked"].items()) or "none"
+        lines.append(f"  marks          {marks['awaiting']} awaiting, {marks['filed']} filed since start; followed: {tracked}")
+    for scanner in health["scanners"]:
+        eta = scanner["eta_seconds"]
+        eta_text = "" if eta is None else f", ETA {_duration(eta)}"
+        rate = scanner["bytes_per_second"]
+        rate_text = "unlimited" if rate is None else f"{rate / 1e6:.2f} MB/s"
+        lines.append(f"  {scanner['ledger_dir']}: {scanner['phase']} {scanner['pass_progress']:.1%} of pass "
+                     f"{scanner['passes_completed'] + 1}{eta_text}, at most {rate_text}")
+        if scanner["last_pass_finished"]:
+            ago = time.time() - scanner["last_pass_finished"]
+            lines.append(f"      last full pass finished {_duration(ago)} ago")
+        if scanner["error"]:
+            lines.append(f"      FAILING: {scanner['error']}")
+    return "\n".join(lines) + "\n"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    return (f"{days}d " if days else "") + time.strftime("%H:%M:%S", time.gmtime(rest))
+
+
+def _not_running(config, reason, fmt: str) -> int:
+    from scanner.agent.cursor import cursor_path, load_cursor
+    from scanner.statefile import read_json
+
+    cursors = []
+    for path in sorted(config.state_dir.glob("cursor-*.json")):
+        raw = read_json(path) if path.is_file() else None
+        cursor = load_cursor(path, raw.get("ledger_dir", "")) if isinstance(raw, dict) else None
+        if cursor is not None:
+            cursors.append(cursor)
+    if fmt == "json":
+        json.dump({"status": "not_running", "reason": str(reason),
+                   "scanners": [{"ledger_dir": c.ledger_dir, "phase": c.phase, "pass_progress": c.pass_progress,
+                                 "passes_completed": c.passes_completed} for c in cursors]}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"agent not running ({reason})")
+        for c in cursors:
+            print(f"  {c.ledger_dir}: saved at {c.phase} {c.pass_progress:.1%} of pass {c.passes_completed + 1}")
+    return EXIT_NOT_RUNNING
