@@ -14,10 +14,11 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from scanner.metadata.ledger import MAX_LEDGER_ID
+
 log = logging.getLogger(__name__)
 
 INT_MAX = 2**31 - 1  # Java's Integer.MAX_VALUE: the hierarchical manager's switch to the long form
-MAX_LEDGER_ID = 2**63 - 1
 LAYOUT_NODE = "LAYOUT"
 LAYOUT_FORMAT_VERSIONS = (1, 2)
 _SPECIAL_ZNODES = frozenset(
