@@ -62,6 +62,8 @@ def run(args) -> int:
     from scanner.storage.bookie import open_bookie
     from throttle import Pacer
 
+    if args.marks_per_second < 0:
+        raise UsageError(f"--marks-per-second must be 0 (unlimited) or more, got {args.marks_per_second:g}")
     layout = bookie_layout(args)
     store = metadata_store(args, layout)
     try:
