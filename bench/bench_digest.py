@@ -153,7 +153,7 @@ def main() -> None:
     parser.add_argument("--size", default="1G", help="bytes of entry logs per payload size (e.g. 1G, 256M)")
     parser.add_argument("--log-size", default="256M", help="size of each entry log")
     parser.add_argument("--dir", default=None, help="where to create the temporary directory")
-    parser.add_argument("--repeat", type=int, default=2, help="runs per measurement; the fastest counts")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the fastest counts")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold-cache measurements")
     parser.add_argument("--cpu", type=int, default=0, help="CPU to pin the process to (one core)")
     args = parser.parse_args()
