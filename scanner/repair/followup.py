@@ -24,7 +24,7 @@ from prometheus_client import Counter
 
 from scanner.checks.findings import Category, EntryRanges, Finding, count_in_ranges
 from scanner.repair.filer import FilingReport, MarkFiler
-from scanner.repair.marks import UnderreplicationMarks
+from scanner.repair.marks import DamagedMark, UnderreplicationMarks
 from scanner.repair.planner import Action, LedgerPlan, damage_by_ledger, plan_ledger
 from scanner.statefile import DamagedStateFile, read_json, write_json
 
@@ -213,11 +213,18 @@ class FollowUp:
         report = CycleReport()
         for ledger_id in sorted(self.tracked):
             record = self.tracked[ledger_id]
-            if record.stage in (Stage.MARKED, Stage.REMARKED) and self.marks.get(ledger_id) is not None:
+            if record.stage in (Stage.MARKED, Stage.REMARKED) and self._mark_present(ledger_id):
                 report.pending.append(ledger_id)
                 continue
             self._follow(record, store, reverify, report)
         return report
+
+    def _mark_present(self, ledger_id: int) -> bool:
+        try:
+            return self.marks.get(ledger_id) is not None
+        except DamagedMark as exc:
+            log.error("ledger %d: %s", ledger_id, exc)
+            return True  # unreadable, but there: workers still see the ledger as marked
 
     def _follow(self, record: TrackedMark, store, reverify: Callable[[int], list[Finding]],
                 report: CycleReport) -> None:
