@@ -46,6 +46,8 @@ class MalformedAvailability(AvailabilityError):
 
 @dataclass(frozen=True, slots=True)
 class SequenceGroup:
+    """Sequences of ``sequence_size`` entries starting every ``sequence_period`` entries (period 0: one)."""
+
     first_sequence_start: int
     last_sequence_start: int
     sequence_size: int
@@ -68,10 +70,6 @@ class SequenceGroup:
         if self.sequence_period:
             offset %= self.sequence_period
         return offset < self.sequence_size
-
-    def runs(self) -> Iterator[Run]:
-        """The group's sequences as runs, ascending."""
-        return _sequence_runs((_fields(self),))
 
 
 _Fields = tuple[int, int, int, int]  # a group as stored: first start, last start, size, period
@@ -97,7 +95,8 @@ def _check_groups(groups: Iterable[_Fields]) -> None:
         if problem is None and first <= previous_last:
             problem = f"group starts at {first}, not after the previous group's last entry {previous_last}"
         if problem is not None:
-            raise MalformedAvailability("sequence groups", HEADER_SIZE + GROUP_SIZE * index, f"group {index}: {problem}")
+            raise MalformedAvailability("sequence groups", HEADER_SIZE + GROUP_SIZE * index,
+                                        f"group {index}: {problem}")
         previous_last = last + size - 1
 
 
