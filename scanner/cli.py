@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "status",
     "suspect",
     "pause",
+    "export",
 )
 
 EXIT_USAGE = 2

@@ -1,0 +1,82 @@
+"""The SparkSession the export and the audit run on: embedded ``local[*]`` by default, quiet, one-line errors."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+DEFAULT_MASTER = "local[*]"
+
+# Spark's own default logging prints INFO banners and a native-library warning on every start.
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+"""
+
+
+class SparkUnavailable(Exception):
+    """Spark cannot start here (no Java, no pyspark, a master that does not answer); one line."""
+
+
+def under_spark_submit() -> bool:
+    """True when this Python driver was launched by ``spark-submit``, which already chose the master."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def java_available() -> bool:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        return (Path(java_home) / "bin" / "java").exists()
+    return shutil.which("java") is not None
+
+
+def spark_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None):
+    """A SparkSession on ``master`` (default: local[*], or what spark-submit chose), logging at WARN.
+
+    Raises SparkUnavailable with a one-line reason when Spark cannot start.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise SparkUnavailable(f"pyspark is not installed ({exc.name}): pip install 'pyspark>=4'") from None
+    submitted = under_spark_submit()
+    if not submitted and not java_available():
+        raise SparkUnavailable("Spark needs Java 17 or newer: install a JDK or set JAVA_HOME")
+    # embedded Spark starts Python workers with `python3` unless told; they need this interpreter's packages
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if (master or ("" if submitted else DEFAULT_MASTER)).startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no need to guess a routable address
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
+    if master is not None or not submitted:
+        builder = builder.master(master or DEFAULT_MASTER)
+    if not submitted:
+        builder = builder.config("spark.driver.extraJavaOptions",
+                                 f"-Dlog4j2.configurationFile={_log_config_path()}")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # py4j and pyspark raise several unrelated types when the JVM or master fails
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SparkUnavailable(f"Spark did not start on {master or DEFAULT_MASTER}: {first_line}") from None
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def _log_config_path() -> str:
+    handle, path = tempfile.mkstemp(prefix="bookie-scanner-log4j2-", suffix=".properties")
+    with os.fdopen(handle, "w") as out:
+        out.write(_LOG4J2)
+    atexit.register(os.unlink, path)
+    return path

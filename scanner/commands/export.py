@@ -1,0 +1,109 @@
+"""``bookie-scanner export``: one bookie's listing (BP-34's entry availability per ledger) as Parquet for the audit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from scanner.cli import UsageError
+from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
+
+DESCRIPTION = """\
+Write what one bookie holds, for `bookie-scanner audit`: for every ledger in its index, the entries
+it lists in BP-34's condensed form (the AvailabilityOfEntriesOfLedger bytes BookKeeper's
+GetListOfEntriesOfLedger answers with, and the same sequence groups as columns), plus the entries a
+scan found lost or corrupt, which the audit does not count as good copies. Read-only on the bookie.
+
+The damaged entries come from a scan run now against the metadata (digests of every entry log), or
+from a saved `bookie-scanner scan --format json` report of this bookie (--findings).
+Output: Parquet under DIR/bookie_id=<id>/ (any path Spark can write: a local path, hdfs://, s3a://);
+re-exporting replaces this bookie's partition only, so every bookie can export into the same DIR.
+"""
+
+EPILOG = """\
+examples:
+  bookie-scanner export --bookie-conf /opt/bookkeeper/conf/bk_server.conf --output hdfs://nn/bk-audit/exports
+  bookie-scanner scan --bookie-conf bk_server.conf --format json > scan.json
+  bookie-scanner export --bookie-conf bk_server.conf --findings scan.json --output /data/exports
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export", help="write one bookie's entry listing as Parquet for the cluster audit",
+        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_bookie_options(parser)
+    add_metadata_option(parser)
+    parser.add_argument("--output", metavar="DIR", required=True,
+                        help="where exports live (local path, hdfs://..., s3a://...); this bookie's partition is replaced")
+    parser.add_argument("--findings", metavar="SCAN_JSON", type=Path,
+                        help="take the damaged entries from this `scan --format json` report instead of scanning now")
+    parser.add_argument("--rate", metavar="BYTES_PER_SEC", type=int,
+                        help="scan at most this many bytes per second (default: unlimited)")
+    parser.add_argument("--master", metavar="URL", help="Spark master (default: local[*], embedded)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from scanner.audit.export import bookie_listings, damaged_runs, write_export
+    from scanner.audit.spark_session import SparkUnavailable, spark_session
+    from scanner.storage.bookie import open_bookie
+
+    layout = bookie_layout(args)
+    findings = _saved_findings(args.findings, layout.bookie_id) if args.findings else None
+    with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
+            open_bookie(layout, work_dir=work_dir) as storage:
+        if findings is None:
+            findings = _scan_now(args, layout, storage)
+        try:
+            spark = spark_session(f"bookie-scanner export {layout.bookie_id}", args.master)
+        except SparkUnavailable as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            summary = write_export(spark, bookie_listings(storage, damaged_runs(findings)), layout.bookie_id,
+                                   layout.storage, args.output)
+        except Exception as exc:  # Hadoop filesystems surface as py4j errors: say where, in one line
+            raise UsageError(f"cannot write {args.output}: {_first_line(exc)}") from None
+        finally:
+            spark.stop()
+    print(f"exported {summary.ledgers} ledgers of bookie {summary.bookie_id} to {summary.path}: "
+          f"{summary.entries} entries listed, {summary.damaged} damaged"
+          + (f", {summary.index_problems} unreadable indexes" if summary.index_problems else ""))
+    return 0
+
+
+def _scan_now(args, layout, storage):
+    from scanner.bookie_scan import scan_bookie
+    from scanner.metadata.store import MetadataUnavailable
+    from scanner.progress import ProgressLine
+    from throttle import Pacer
+
+    store = metadata_store(args, layout)
+    try:
+        return scan_bookie(storage, store, layout.bookie_id, layout.storage,
+                           pacer=Pacer(bytes_per_second=args.rate), progress=ProgressLine()).findings
+    except MetadataUnavailable as exc:
+        raise UsageError(f"metadata became unavailable during the scan: {exc}") from None
+    finally:
+        store.close()
+
+
+def _saved_findings(path: Path, bookie_id: str):
+    from scanner.checks.findings import Finding
+
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        if report.get("bookie_id") != bookie_id:
+            raise UsageError(f"{path}: a scan report of bookie {report.get('bookie_id')!r}, not of {bookie_id!r}")
+        return [Finding.from_json(finding) for finding in report["findings"]]
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"{path}: not a `bookie-scanner scan --format json` report ({exc})") from None
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
