@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 # A DbLedgerStorage index view is a snapshot: reopen it this often so new entries are seen.
 STORAGE_REFRESH_SECONDS = 300.0
 # The lowest derived rate: a pass far ahead of schedule still moves.
-MIN_BYTES_PER_SECOND = 4096.0
+MIN_BYTES_PER_SECOND = 1024.0
 RETRY_SECONDS = 5.0
 ERROR_RETRY_SECONDS = 60.0
 IDLE_WAIT_SECONDS = 3600.0
@@ -54,6 +54,8 @@ class WorkerStatus:
     passes_completed: int
     eta_seconds: float | None
     bytes_per_second: float | None
+    ledgers_done: int
+    ledgers_total: int
     bytes_done: int
     bytes_total: int
     pass_started: float
@@ -65,6 +67,28 @@ class WorkerStatus:
 
 class _Interrupted(Exception):
     """The regular pass yields: stopping, paused, or a suspect is waiting."""
+
+
+class _YieldingPacer:
+    """The pass's pacer, giving way: a take cut short by ``wake``/``stop`` raises when the pass must yield.
+
+    So a suspect, a pause or SIGTERM is served at the next record even in the middle of a ledger;
+    the cursor has not moved past that ledger or record, so nothing is skipped.
+    """
+
+    def __init__(self, pacer: Pacer, must_yield: Callable[[], bool]):
+        self.pacer = pacer
+        self.must_yield = must_yield
+
+    def take_bytes(self, n: int) -> bool:
+        if self.pacer.take_bytes(n) and self.must_yield():
+            raise _Interrupted
+        return False
+
+    def take_entries(self, n: int) -> bool:
+        if self.pacer.take_entries(n) and self.must_yield():
+            raise _Interrupted
+        return False
 
 
 class LedgerDirWorker:
@@ -124,7 +148,8 @@ class LedgerDirWorker:
         if cursor.phase != WAITING and rate:
             eta = max(0, cursor.bytes_total - cursor.bytes_done) / rate
         return WorkerStatus(self.ledger_dir, "paused" if self.paused() else cursor.phase, cursor.pass_progress,
-                            cursor.passes_completed, eta, rate, cursor.bytes_done, cursor.bytes_total,
+                            cursor.passes_completed, eta, rate, cursor.ledgers_done, cursor.ledgers_total,
+                            cursor.bytes_done, cursor.bytes_total,
                             cursor.pass_started, cursor.last_pass_finished, self.last_progress,
                             self.suspects_scanned, self.error)
 
@@ -336,7 +361,8 @@ class LedgerDirWorker:
             if old is not None:
                 old.close()
         if self._scanner is None:
-            self._scanner = BookieScanner(self._storage, self.metadata, self.settings.layout.bookie_id, self.pass_pacer)
+            self._scanner = BookieScanner(self._storage, self.metadata, self.settings.layout.bookie_id,
+                                          _YieldingPacer(self.pass_pacer, self._interrupted))
         self._scanner.storage = self._storage
         return self._scanner
 

@@ -1,0 +1,284 @@
+"""The agent as systemd runs it: a ``bookie-scanner run`` process on a generated sample bookie (a copy
+of our own, with injected faults), metadata in a real ZooKeeper, killed and restarted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+from scanner.agent.suspects import append_to_inbox, Suspect
+from scanner.repair.marks import UnderreplicationMarks
+from scanner.sample.sample_cluster import build_sample
+
+REPO = Path(__file__).resolve().parents[1]
+MAIN = "import sys; from scanner.cli import main; sys.exit(main())"
+BOOKIE = "10.20.0.11:3181"
+# What build_sample injects, as the agent must report it: category -> ledgers (None: not about a ledger).
+EXPECTED = {"corrupt_entry": {2}, "missing_ledger": {3}, "missing_entry": {5}, "lost_entry": {6},
+            "orphan_ledger": {9}}
+DAMAGED_LEDGERS = {2, 3, 5, 6}
+
+
+def write_config(tmp_path: Path, sample, uri: str, **agent_and_throttle) -> Path:
+    agent = {"state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0", "checkpoint_seconds": 0.2,
+             "period_days": 1.0}
+    throttle = {"disk_backoff": False}
+    repair = {"mark": False}
+    for key, value in agent_and_throttle.items():
+        (repair if key == "mark" else agent if key in agent or key == "suspect_window_minutes" else throttle)[key] = value
+    tables = {"bookie": {"conf": str(sample.bookie_conf), "log_files": [str(tmp_path / "bookie.log")]},
+              "metadata": {"uri": uri}, "agent": agent, "throttle": throttle, "repair": repair}
+    text = "".join(f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
+                   for name, values in tables.items())
+    path = tmp_path / "scanner.toml"
+    path.write_text(text)
+    return path
+
+
+def snapshot(root: Path) -> dict:
+    """Size, mtime and sha256 of every file under ``root`` (and every dir's mtime)."""
+    found = {}
+    for directory, _, files in os.walk(root):
+        found[directory] = os.stat(directory).st_mtime_ns
+        for name in files:
+            path = os.path.join(directory, name)
+            stat = os.stat(path)
+            found[path] = (stat.st_size, stat.st_mtime_ns, hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    return found
+
+
+class AgentProcess:
+    """One ``bookie-scanner run`` subprocess; its stderr goes to ``log`` (appended across restarts)."""
+
+    def __init__(self, config: Path, state_dir: Path, log: Path):
+        self.config, self.state_dir, self.log = config, state_dir, log
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "AgentProcess":
+        with self.log.open("ab") as err:
+            self.process = subprocess.Popen([sys.executable, "-c", MAIN, "run", "--config", str(self.config)],
+                                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+        return self
+
+    def address(self) -> str | None:
+        try:
+            info = json.loads((self.state_dir / "agent.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return info["listen"] if info.get("pid") == self.process.pid else None
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        wait_for(lambda: self.address() is not None and self.health() is not None, timeout,
+                 f"agent did not come up; stderr: {self.log.read_text()[-2000:]}")
+
+    def _request(self, method: str, path: str, body=None):
+        request = urllib.request.Request(f"http://{self.address()}{path}", method=method,
+                                         data=None if body is None else json.dumps(body).encode())
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.read()
+
+    def health(self) -> dict | None:
+        try:
+            return json.loads(self._request("GET", "/health"))
+        except OSError:
+            return None
+
+    def metrics(self) -> str:
+        return self._request("GET", "/metrics").decode()
+
+    def post_suspect(self, body: dict) -> dict:
+        return json.loads(self._request("POST", "/suspects", body))
+
+    def terminate(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=30)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+    def scanner(self) -> dict:
+        return self.health()["scanners"][0]
+
+
+def wait_for(predicate, timeout: float, message: str = "condition not met"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(message)
+
+
+def cli(config: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", MAIN, *args, "--config", str(config)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def findings_by_category(state_dir: Path) -> dict[str, set]:
+    known = json.loads((state_dir / "findings.json").read_text())["known"]
+    found: dict[str, set] = {}
+    for item in known.values():
+        found.setdefault(item["finding"]["category"], set()).add(item["finding"]["ledger_id"])
+    return found
+
+
+def test_the_agent_finds_every_injected_fault_marks_once_shows_it_and_never_writes_the_bookie(
+        tmp_path, zookeeper, zk_client, zk_load_dump):
+    sample = build_sample(tmp_path / "sample")
+    chroot = zk_load_dump(sample.dump)
+    bookie_dir = sample.root / "bookie"
+    before = snapshot(bookie_dir)
+    config = write_config(tmp_path, sample, f"zk://{zookeeper.connect_string}{chroot}/ledgers", mark=True,
+                          period_days=2 / 86400)  # a pass every two seconds: a long run in short
+    state_dir = tmp_path / "state"
+    agent = AgentProcess(config, state_dir, tmp_path / "agent.err").start()
+    try:
+        agent.wait_ready()
+        health = wait_for(lambda: (h := agent.health()) and h["scanners"][0]["passes_completed"] >= 3
+                          and h["marks"]["awaiting"] == 0 and h, 60, "three passes and the marks did not happen")
+        found = findings_by_category(state_dir)
+        assert {c: found.get(c, set()) for c in EXPECTED} == EXPECTED
+        assert found["damaged_entry_log"] == {None, 6}  # log 1: its ledgers map offset and its cut record
+        assert set(health["findings"]) == set(EXPECTED) | {"damaged_entry_log"}
+        assert health["findings"]["corrupt_entry"] == 1 and health["findings"]["damaged_entry_log"] == 2
+        assert health["status"] == "ok" and health["zookeeper_connected"] is True
+        scanner = health["scanners"][0]
+        assert scanner["ledger_dir"] == str(sample.ledger_dir) and 0 <= scanner["pass_progress"] <= 1
+        metrics = agent.metrics()
+        assert f'bookie_scanner_findings{{bookie="{BOOKIE}",category="corrupt_entry"}} 1.0' in metrics
+        assert f'bookie_scanner_zookeeper_connected{{bookie="{BOOKIE}"}} 1.0' in metrics
+        assert re.search(r'bookie_scanner_passes_completed_total\{bookie="[^"]+",ledger_dir="[^"]+"\} [3-9]', metrics)
+        marks = UnderreplicationMarks(zk_client, f"{chroot}/ledgers")
+        assert set(marks.marked_ledgers()) == DAMAGED_LEDGERS
+        assert all(marks.get(ledger).replicas == (BOOKIE,) for ledger in DAMAGED_LEDGERS)
+
+        # Pause: persisted, noticed at once, survives a restart.
+        assert cli(config, "pause").returncode == 0
+        assert agent.health()["status"] == "paused"
+        assert agent.terminate() == 0
+        agent.start().wait_ready()
+        assert agent.health()["paused"] is True and agent.scanner()["phase"] == "paused"
+        status = cli(config, "status")
+        assert "PAUSED" in status.stdout and status.returncode == 1  # damage is known
+        assert cli(config, "resume").returncode == 0
+        assert agent.health()["paused"] is False
+        assert agent.terminate() == 0
+    finally:
+        if agent.process.poll() is None:
+            agent.kill()
+    filed = Counter(re.findall(r"marked ledger (\d+) under-replicated", (tmp_path / "agent.err").read_text()))
+    assert filed == Counter({str(ledger): 1 for ledger in DAMAGED_LEDGERS})  # each once, over many passes
+    assert snapshot(bookie_dir) == before
+
+
+def test_a_suspect_is_scanned_while_the_pass_waits_on_the_throttle_and_sigterm_keeps_the_place(tmp_path):
+    sample = build_sample(tmp_path / "sample")
+    # One pass a day: the even-spread rate is the floor (1 KiB/s). Ledger 3 lost its index, so checking
+    # it walks the map-less entry logs (~30 KiB): the pass waits on the throttle for half a minute there.
+    config = write_config(tmp_path, sample, f"file:{sample.dump}", period_days=1.0)
+    state_dir = tmp_path / "state"
+    agent = AgentProcess(config, state_dir, tmp_path / "agent.err").start()
+    try:
+        agent.wait_ready()
+        wait_for(lambda: agent.scanner()["ledgers_done"] == 2, 30, "ledgers 1 and 2 were not checked")
+        time.sleep(0.5)
+        assert agent.scanner()["ledgers_done"] == 2  # still inside ledger 3, held by the throttle
+        posted = time.monotonic()
+        assert agent.post_suspect({"ledger": 2}) == {"queued": 1}
+        wait_for(lambda: "ledger:2@0" in agent.health()["suspects_recent"], 1.0,
+                 "the suspect was not scanned within a second")
+        assert time.monotonic() - posted < 1.0
+        assert agent.health()["findings"] == {"corrupt_entry": 1}  # its digests were verified
+        # The bookie's log names a ledger and an entry log: both are scanned too.
+        with (tmp_path / "bookie.log").open("a") as log:
+            log.write("2024-01-01 00:00:00,000 - ERROR - [r:ReadEntryProcessorV3@1] - IOException while reading "
+                      "entry: 3 from ledger 6\njava.io.IOException: Bad entry read from log file id: 1\n")
+        wait_for(lambda: {"ledger:6@0", "entry_log:1@0"} <= set(agent.health()["suspects_recent"]), 10,
+                 "the log line's suspects were not scanned")
+        assert {"lost_entry", "damaged_entry_log"} <= set(agent.health()["findings"])
+        assert agent.terminate() == 0
+    finally:
+        if agent.process.poll() is None:
+            agent.kill()
+    cursor = json.loads((state_dir / "cursor-0.json").read_text())
+    assert (cursor["phase"], cursor["ledger_id"], cursor["ledgers_done"]) == ("ledgers", 2, 2)
+    # A suspect named while the agent is down waits in the state dir.
+    assert "left in" in cli(config, "suspect", "--entry-log", "2").stdout
+    agent.start().wait_ready()
+    try:
+        assert agent.scanner()["ledgers_done"] == 2  # resumed, not started over
+        wait_for(lambda: "entry_log:2@0" in agent.health()["suspects_recent"], 10, "the inbox was not drained")
+    finally:
+        assert agent.terminate() == 0
+
+
+def test_twenty_kill_minus_nines_lose_no_progress_no_suspect_and_file_no_mark_twice(
+        tmp_path, zookeeper, zk_client, zk_load_dump):
+    sample = build_sample(tmp_path / "sample")
+    chroot = zk_load_dump(sample.dump)
+    bookie_dir = sample.root / "bookie"
+    before = snapshot(bookie_dir)
+    # Slow enough that a pass spans several lives of the agent: ~1.5 s of ledgers, ~4 s of entry logs.
+    config = write_config(tmp_path, sample, f"zk://{zookeeper.connect_string}{chroot}/ledgers", mark=True,
+                          period_days=3 / 86400, bytes_per_second=12000, entries_per_second=300)
+    state_dir = tmp_path / "state"
+    cursor_file = state_dir / "cursor-0.json"
+    agent = AgentProcess(config, state_dir, tmp_path / "agent.err")
+    rng = random.Random(9)
+    suspects = [{"ledger": i} for i in (1, 2, 4, 5, 6, 7, 123456789)] + [{"entry_log": i} for i in (0, 1, 2)]
+    posted: list[str] = []
+    positions = []
+    for life in range(22):
+        agent.start()
+        deadline = time.monotonic() + rng.uniform(0.4, 2.5)
+        if life < len(suspects):
+            body = suspects[life]
+            kind, value = next(iter(body.items()))
+            while agent.address() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            try:
+                agent.post_suspect(body)
+            except OSError:  # not listening yet or already gone: the command's fallback
+                append_to_inbox(state_dir, Suspect(kind, value))
+            posted.append(f"{kind}:{value}@0")
+        time.sleep(max(0.0, deadline - time.monotonic()))
+        agent.kill()
+        if cursor_file.exists():
+            cursor = json.loads(cursor_file.read_text())
+            waiting = cursor["phase"] == "waiting"
+            positions.append(cursor["passes_completed"] + (0.0 if waiting else _progress(cursor)))
+    assert positions == sorted(positions), f"progress went back after a kill: {positions}"
+    assert positions[-1] >= 1 and len(set(positions)) > 5  # it moved on across the kills
+    agent.start()
+    try:
+        agent.wait_ready()
+        health = wait_for(lambda: (h := agent.health()) and h["suspects_queued"] == 0
+                          and h["marks"]["awaiting"] == 0 and h, 60, "suspects or marks left over")
+        assert set(posted) <= set(health["suspects_recent"])
+        assert agent.terminate() == 0
+    finally:
+        if agent.process.poll() is None:
+            agent.kill()
+    marks = UnderreplicationMarks(zk_client, f"{chroot}/ledgers")
+    assert set(marks.marked_ledgers()) == DAMAGED_LEDGERS
+    filed = Counter(re.findall(r"marked ledger (\d+) under-replicated", (tmp_path / "agent.err").read_text()))
+    assert filed == Counter({str(ledger): 1 for ledger in DAMAGED_LEDGERS})
+    assert snapshot(bookie_dir) == before
+
+
+def _progress(cursor: dict) -> float:
+    from scanner.agent.cursor import Cursor
+
+    return Cursor(**cursor).pass_progress
