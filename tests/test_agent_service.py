@@ -78,7 +78,7 @@ class AgentProcess:
         return info["listen"] if info.get("pid") == self.process.pid else None
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        wait_for(lambda: self.address() is not None and self.health() is not None, timeout,
+        wait_for(lambda: self.address() is not None and (self.health() or {}).get("scanners"), timeout,
                  f"agent did not come up; stderr: {self.log.read_text()[-2000:]}")
 
     def _request(self, method: str, path: str, body=None):

@@ -285,7 +285,8 @@ class Agent:
         scanners = [dataclasses.asdict(w.status()) for w in self.workers]
         connected = self.metadata.connected if self.metadata is not None else False
         failing = any(s["error"] for s in scanners)
-        status = "paused" if self._paused else "degraded" if failing or not connected else "ok"
+        status = ("starting" if not self.workers else "paused" if self._paused
+                  else "degraded" if failing or not connected else "ok")
         marking = self.marking
         return {
             "status": status,
