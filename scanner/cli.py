@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "suspect",
     "pause",
     "export",
+    "audit",
 )
 
 EXIT_USAGE = 2

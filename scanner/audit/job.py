@@ -1,0 +1,261 @@
+"""The cluster audit (BP-34) on Spark: every bookie's exported listing joined with every ledger's metadata.
+
+The driver reads the metadata store: ledger znodes lazily, in pipelined batches, shipped to Spark batch
+by batch; the bookie registry; the under-replication marks. The exports are grouped by ledger and
+joined to the metadata (full outer: a listing without metadata is an orphan); ``judging.judge_ledger``
+runs on the executors. Before a violation is reported, the driver re-reads its ledger's metadata and
+judges again any ledger whose metadata changed meanwhile, as BP-34 asks.
+
+Runnable by spark-submit (it is the ``audit`` command):
+    spark-submit --master yarn --py-files bookie-scanner.zip scanner/audit/job.py --exports DIR ...
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import islice
+
+from scanner.audit.contract import DEFAULT_MIN_RACKS, Category, Violation, long_under_replicated
+from scanner.audit.export import export_schema
+from scanner.audit.judging import (AuditContext, BookieListing, LedgerNode, LedgerOutcome, Status, judge_ledger,
+                                   violation_row, violation_schema)
+from scanner.metadata.ledger_paths import ledger_path
+from scanner.metadata.store import MetadataStore, MetadataUnavailable
+from scanner.repair.marks import DamagedMark, decode_mark, underreplication_path
+
+METADATA_BATCH = 10_000  # ledger znodes read (pipelined) and handed to Spark at a time
+DEFAULT_MAX_UNDER_REPLICATED_MS = 24 * 3600 * 1000
+_MARK_LEAF = re.compile(r"urL(\d+)")
+
+
+class AuditInputError(Exception):
+    """Exports or metadata the audit cannot use; one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditOptions:
+    racks: Mapping[str, str] | None = None
+    min_racks: int = DEFAULT_MIN_RACKS
+    max_under_replicated_ms: int = DEFAULT_MAX_UNDER_REPLICATED_MS
+    metadata_batch: int = METADATA_BATCH
+
+
+@dataclass
+class AuditResult:
+    """A finished audit: ``violations`` is a cached DataFrame of ``violation_schema``; call ``close`` after use."""
+
+    violations: object
+    ledgers_checked: int
+    exported_bookies: tuple[str, ...]
+    registered_bookies: tuple[str, ...]
+    counts: dict[str, int]
+    not_judged: dict[str, int]
+    rejudged: int
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {
+            "ledgers_checked": self.ledgers_checked,
+            "bookies": len(self.exported_bookies),
+            "violations": self.counts,
+            "exported_bookies": list(self.exported_bookies),
+            "registered_bookies": list(self.registered_bookies),
+            "ledgers_not_judged": self.not_judged,
+            "rejudged_after_metadata_change": self.rejudged,
+            "problems": self.problems,
+        }
+
+    def sorted_violations(self) -> Iterator[Violation]:
+        """Every violation, by ledger then category, streamed from the executors."""
+        from scanner.audit.judging import violation_from_row
+
+        for row in self.violations.orderBy("ledger_id", "category").toLocalIterator():
+            yield violation_from_row(row)
+
+    def close(self) -> None:
+        self.violations.unpersist()
+
+
+def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOptions, now_ms: int) -> AuditResult:
+    """Audit the cluster ``store`` describes against the exports under ``exports_path``."""
+    from pyspark.sql import functions as F
+    from pyspark.storagelevel import StorageLevel
+
+    exports = _read_exports(spark, exports_path)
+    exported = tuple(sorted(row[0] for row in exports.select("bookie_id").distinct().collect()))
+    if not exported:
+        raise AuditInputError(f"{exports_path}: no bookie exports (expected bookie_id=<id>/ partitions "
+                              "written by `bookie-scanner export`)")
+    registry = store.bookies()
+    registered = registry.writable | registry.readonly
+    marks = marked_ledgers(store)
+    context = AuditContext(frozenset(registered), frozenset(exported), frozenset(marks), options.racks,
+                           options.min_racks)
+    listings = exports.groupBy("ledger_id").agg(
+        F.collect_list(F.struct("bookie_id", "entries", "damaged")).alias("listings"))
+    metadata = spark.createDataFrame(_metadata_rdd(spark, store, options.metadata_batch), _metadata_schema())
+    joined = metadata.join(listings, "ledger_id", "full_outer")
+    outcomes = joined.rdd.mapPartitions(functools.partial(_judge_rows, spark.sparkContext.broadcast(context)))
+    outcomes.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        statuses = outcomes.map(lambda outcome: outcome.status.value).countByValue()
+        replaced = _rejudge_changed(store, exports, outcomes, context, options.metadata_batch)
+        problems = outcomes.flatMap(lambda outcome: outcome.problems).take(100)
+        kept = outcomes.filter(functools.partial(_not_in, spark.sparkContext.broadcast(frozenset(replaced))))
+        driver_side = [*(v for outcome in replaced.values() for v in outcome.violations),
+                       *long_under_replicated(marks, now_ms, options.max_under_replicated_ms)]
+        rows = kept.flatMap(lambda outcome: map(violation_row, outcome.violations)).union(
+            spark.sparkContext.parallelize([violation_row(v) for v in driver_side], 1))
+        violations = spark.createDataFrame(rows, violation_schema()).persist(StorageLevel.MEMORY_AND_DISK)
+        found = dict(violations.groupBy("category").count().collect())
+    finally:
+        outcomes.unpersist()
+    return AuditResult(
+        violations=violations,
+        ledgers_checked=statuses.get(Status.JUDGED.value, 0),
+        exported_bookies=exported,
+        registered_bookies=tuple(sorted(registered)),
+        counts={category.value: found.get(category.value, 0) for category in Category},
+        not_judged={status.value: statuses.get(status.value, 0) for status in Status if status is not Status.JUDGED},
+        rejudged=len(replaced),
+        problems=problems,
+    )
+
+
+def _read_exports(spark, exports_path: str):
+    try:
+        return spark.read.schema(export_schema()).parquet(exports_path)
+    except Exception as exc:  # AnalysisException (no such path) arrives through py4j
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise AuditInputError(f"cannot read exports at {exports_path}: {first_line}") from None
+
+
+def _metadata_schema():
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    return StructType([
+        StructField("ledger_id", LongType(), False),
+        StructField("path", StringType(), False),
+        StructField("data", BinaryType(), False),
+        StructField("ctime", LongType(), True),
+        StructField("mzxid", LongType(), False),
+    ])
+
+
+def _metadata_rdd(spark, store: MetadataStore, batch_size: int):
+    """Every ledger znode as (ledger_id, path, data, ctime, mzxid); only one batch is in Python at a time."""
+    context = spark.sparkContext
+    batches = [context.parallelize([(ledger_id, node.path, node.data, node.ctime, node.mzxid)
+                                    for ledger_id, node in batch], 1)
+               for batch in ledger_node_batches(store, store.ledger_ids(), batch_size)]
+    return context.union(batches) if batches else context.emptyRDD()
+
+
+def ledger_node_batches(store: MetadataStore, ledger_ids: Iterable[int],
+                        batch_size: int = METADATA_BATCH) -> Iterator[list[tuple[int, LedgerNode]]]:
+    """The metadata znodes of ``ledger_ids`` (those that exist), ``batch_size`` ids at a time, pipelined on ZooKeeper."""
+    ids = iter(ledger_ids)
+    while batch := list(islice(ids, batch_size)):
+        yield _read_nodes(store, batch)
+
+
+def _read_nodes(store: MetadataStore, ledger_ids: list[int]) -> list[tuple[int, LedgerNode]]:
+    from scanner.metadata.zookeeper import ZooKeeperStore
+
+    paths = [(ledger_id, ledger_path(store.manager, store.root, ledger_id)) for ledger_id in ledger_ids]
+    if not isinstance(store, ZooKeeperStore):
+        found = [(ledger_id, store.node(path)) for ledger_id, path in paths]
+        return [(ledger_id, LedgerNode(node.path, node.data or b"", node.ctime, node.mzxid))
+                for ledger_id, node in found if node is not None]
+    from kazoo.exceptions import KazooException, NoNodeError
+
+    pending = [(ledger_id, path, store.client.get_async(path)) for ledger_id, path in paths]
+    nodes = []
+    for ledger_id, path, result in pending:
+        try:
+            data, stat = result.get()
+        except NoNodeError:
+            continue  # deleted since it was listed
+        except KazooException as exc:
+            raise MetadataUnavailable(f"ZooKeeper {store.hosts}: reading {path} failed: {type(exc).__name__}") from None
+        nodes.append((ledger_id, LedgerNode(path, data or b"", stat.ctime, stat.mzxid)))
+    return nodes
+
+
+def marked_ledgers(store: MetadataStore) -> dict[int, int | None]:
+    """Ledger id -> mark ctime (ms; None if the mark has none) of every under-replication mark in ``store``.
+
+    Read through the store, so a dump's marks count as much as a live cluster's. A mark whose data
+    does not decode still marks its ledger, without a ctime.
+    """
+    marks: dict[int, int | None] = {}
+    queue = [f"{underreplication_path(store.root)}/ledgers"]
+    while queue:
+        parent = queue.pop()
+        for child in store.children(parent):
+            path = f"{parent}/{child}"
+            leaf = _MARK_LEAF.fullmatch(child)
+            if leaf is None:
+                queue.append(path)
+                continue
+            node = store.node(path)
+            if node is None:
+                continue  # re-replicated since it was listed
+            try:
+                marks[int(leaf.group(1))] = decode_mark(node.data or b"", path).ctime
+            except DamagedMark:
+                marks[int(leaf.group(1))] = None
+    return marks
+
+
+def _judge_rows(context_broadcast, rows) -> Iterator[LedgerOutcome]:
+    context = context_broadcast.value
+    for row in rows:
+        node = None if row.data is None else LedgerNode(row.path, bytes(row.data), row.ctime, row.mzxid)
+        yield judge_ledger(row.ledger_id, node, _listings(row.listings or ()), context)
+
+
+def _listings(rows) -> list[BookieListing]:
+    return [BookieListing(row.bookie_id, bytes(row.entries), bytes(row.damaged)) for row in rows]
+
+
+def _not_in(excluded_broadcast, outcome: LedgerOutcome) -> bool:
+    return outcome.ledger_id not in excluded_broadcast.value
+
+
+def _rejudge_changed(store: MetadataStore, exports, outcomes, context: AuditContext,
+                     batch_size: int) -> dict[int, LedgerOutcome]:
+    """New outcomes for the violating ledgers whose metadata changed since it was read (BP-34: no false alarms)."""
+    from pyspark.sql import functions as F
+
+    judged_with = dict(outcomes.filter(lambda outcome: bool(outcome.violations))
+                       .map(lambda outcome: (outcome.ledger_id, outcome.mzxid)).collect())
+    fresh: dict[int, LedgerNode] = {}
+    for batch in ledger_node_batches(store, sorted(judged_with), batch_size):
+        fresh.update(batch)
+    changed = sorted(ledger_id for ledger_id, mzxid in judged_with.items()
+                     if (fresh[ledger_id].mzxid if ledger_id in fresh else None) != mzxid)
+    if not changed:
+        return {}
+    by_ledger: dict[int, list] = defaultdict(list)
+    for row in exports.where(F.col("ledger_id").isin(changed)).select(
+            "ledger_id", "bookie_id", "entries", "damaged").toLocalIterator():
+        by_ledger[row.ledger_id].append(row)
+    return {ledger_id: judge_ledger(ledger_id, fresh.get(ledger_id), _listings(by_ledger[ledger_id]), context)
+            for ledger_id in changed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``spark-submit .../scanner/audit/job.py ARGS`` = ``bookie-scanner audit ARGS``."""
+    from scanner.cli import main as cli_main
+
+    return cli_main(["audit", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The audit's per-ledger step, as it runs on Spark's executors: znode bytes and listings in, an outcome out.
+
+Pure and picklable: no Spark, no ZooKeeper. Everything the step needs beyond one ledger's row travels
+in an ``AuditContext`` (broadcast once per job).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from scanner.audit.availability import AvailabilityError, decode_runs
+from scanner.audit.contract import DEFAULT_MIN_RACKS, Category, Violation, ledger_violations, unavailable_bookies
+from scanner.metadata.ledger import MetadataFormatError, parse_ledger_metadata
+
+
+class Status(enum.StrEnum):
+    JUDGED = "judged"
+    MARKED = "marked"  # already marked under-replicated: BP-34 leaves it to re-replication this round
+    UNDECODABLE = "undecodable"  # metadata that does not decode is nobody's to judge
+
+
+@dataclass(frozen=True, slots=True)
+class AuditContext:
+    registered: frozenset[str]  # bookies under available/ and available/readonly/
+    exported: frozenset[str]  # bookies whose listing is in the exports
+    marked: frozenset[int]  # ledgers with an under-replication mark
+    racks: Mapping[str, str] | None = None
+    min_racks: int = DEFAULT_MIN_RACKS
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerNode:
+    """A ledger's metadata znode as the driver read it."""
+
+    path: str
+    data: bytes
+    ctime: int | None
+    mzxid: int  # tells whether the metadata changed before a violation is reported
+
+
+@dataclass(frozen=True, slots=True)
+class BookieListing:
+    bookie_id: str
+    entries: bytes  # AvailabilityOfEntriesOfLedger of every indexed entry
+    damaged: bytes  # the same encoding: indexed entries with a lost or corrupt copy
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerOutcome:
+    ledger_id: int
+    status: Status
+    violations: tuple[Violation, ...] = ()
+    mzxid: int | None = None  # of the metadata judged; None for a ledger without metadata
+    problems: tuple[str, ...] = ()  # listings that could not be read (counted as holding nothing)
+
+
+def judge_ledger(ledger_id: int, node: LedgerNode | None, listings: Iterable[BookieListing],
+                 context: AuditContext) -> LedgerOutcome:
+    """BP-34's verdict on one ledger: its metadata (None: the store has none) against every bookie's listing."""
+    mzxid = None if node is None else node.mzxid
+    if ledger_id in context.marked:
+        return LedgerOutcome(ledger_id, Status.MARKED, mzxid=mzxid)
+    metadata = None
+    if node is not None:
+        try:
+            metadata = parse_ledger_metadata(ledger_id, node.data, node.ctime, source=node.path)
+        except MetadataFormatError as exc:
+            return LedgerOutcome(ledger_id, Status.UNDECODABLE, mzxid=mzxid, problems=(str(exc),))
+    runs, problems = {}, []
+    for listing in listings:
+        try:
+            source = f"listing of ledger {ledger_id} by {listing.bookie_id}"
+            runs[listing.bookie_id] = (decode_runs(listing.entries, f"{source}: entries"),
+                                       decode_runs(listing.damaged, f"{source}: damaged"))
+        except AvailabilityError as exc:
+            problems.append(str(exc))
+    violations = ledger_violations(ledger_id, metadata, runs, racks=context.racks, min_racks=context.min_racks)
+    if metadata is not None:
+        violations += unavailable_bookies(metadata, context.registered, context.exported)
+    return LedgerOutcome(ledger_id, Status.JUDGED, tuple(violations), mzxid, tuple(problems))
+
+
+def violation_row(violation: Violation) -> tuple:
+    """A violation as a row of ``violation_schema``."""
+    entries = None if violation.entries is None else [tuple(run) for run in violation.entries]
+    return (violation.category.value, violation.ledger_id, entries, list(violation.bookies), violation.detail,
+            violation.copies)
+
+
+def violation_from_row(row: Mapping | tuple) -> Violation:
+    category, ledger_id, entries, bookies, detail, copies = row
+    return Violation(Category(category), ledger_id,
+                     None if entries is None else tuple((int(first), int(last)) for first, last in entries),
+                     tuple(bookies), detail, copies)
+
+
+def violation_schema():
+    """The Spark schema of the audit's violations (also its Parquet output)."""
+    from pyspark.sql.types import (ArrayType, IntegerType, LongType, StringType, StructField, StructType)
+
+    run = StructType([StructField("first", LongType(), False), StructField("last", LongType(), False)])
+    return StructType([
+        StructField("category", StringType(), False),
+        StructField("ledger_id", LongType(), False),
+        StructField("entries", ArrayType(run, False), True),
+        StructField("bookies", ArrayType(StringType(), False), False),
+        StructField("detail", StringType(), False),
+        StructField("copies", IntegerType(), True),
+    ])

@@ -1,0 +1,175 @@
+"""``bookie-scanner audit``: BP-34's durability contract across the cluster, on Spark."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from scanner.cli import UsageError
+from scanner.commands.bookie_args import add_metadata_option
+
+DESCRIPTION = """\
+Judge every ledger of the cluster against what every bookie exported (`bookie-scanner export`):
+  under_replicated_entry  entries of a closed fragment with fewer good copies than the write quorum,
+                          on the bookies their write sets name (lost or corrupt copies are not good)
+  extra_copy              entries a bookie holds outside its write sets
+  placement_violation     an ensemble naming a bookie twice, or (--racks) write sets on too few racks
+  orphan_ledger           bookies hold entries of a ledger the metadata does not have
+  long_under_replicated   a ledger marked under-replicated for longer than --max-under-replicated-age
+  unavailable_bookie      an ensemble bookie neither registered (available/) nor exported
+OPEN and IN_RECOVERY ledgers are not judged on their last fragment; a ledger already marked
+under-replicated is left to re-replication (only its age is judged).
+
+Runs on Spark: embedded local[*] by default, --master URL (or spark-submit) for a cluster.
+Exit status: 0 no violations, 1 violations, 2 usage/configuration/metadata/Spark error.
+"""
+
+EPILOG = """\
+examples:
+  bookie-scanner audit --exports hdfs://nn/bk-audit/exports --metadata zk://zk1:2181/ledgers
+  bookie-scanner audit --exports /data/exports --metadata file:zk-dump.json --format json --output /data/violations
+"""
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("audit", help="audit the cluster's durability contract (BP-34) on Spark",
+                                   description=DESCRIPTION, epilog=EPILOG,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exports", metavar="DIR", required=True,
+                        help="the directory every bookie exported into (local path, hdfs://..., s3a://...)")
+    add_metadata_option(parser)
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="report format (default: text)")
+    parser.add_argument("--output", metavar="DIR", help="also write the violations as Parquet to DIR (replaced)")
+    parser.add_argument("--master", metavar="URL", help="Spark master (default: local[*], embedded)")
+    placement = parser.add_argument_group("placement")
+    placement.add_argument("--racks", metavar="FILE", type=Path,
+                           help="bookie racks, one 'BOOKIE_ID RACK' per line (# comments); enables the rack check")
+    placement.add_argument("--min-racks", metavar="N", type=int, default=None,
+                           help="racks each write set must span, capped at the write quorum (default: 2, "
+                                "BookKeeper's minNumRacksPerWriteQuorum)")
+    parser.add_argument("--max-under-replicated-age", metavar="DURATION", default="24h",
+                        help="a mark older than this is a long_under_replicated violation: 90s, 30m, 6h, 2d "
+                             "(default: 24h)")
+    repair = parser.add_argument_group("repair (default: report only)")
+    repair.add_argument("--mark", action="store_true",
+                        help="mark ledgers with under-replicated entries as the Auditor does (zk:// metadata only)")
+    repair.add_argument("--marks-per-second", metavar="N", type=float, default=50.0,
+                        help="at most this many marks per second (default: 50; 0 = unlimited)")
+    parser.set_defaults(func=run)
+
+
+def parse_duration_ms(text: str) -> int:
+    """Milliseconds of a duration like ``500ms``, ``90s``, ``30m``, ``6h``, ``2d`` (a bare number is seconds)."""
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise UsageError(f"--max-under-replicated-age {text!r}: expected a number with a unit ms, s, m, h or d")
+    return int(float(match.group(1)) * _UNIT_MS[match.group(2) or "s"])
+
+
+def parse_racks(path: Path) -> dict[str, str]:
+    """Bookie id -> rack from a file of ``BOOKIE_ID RACK`` lines."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --racks {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    racks = {}
+    for number, line in enumerate(lines, 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) != 2:
+            raise UsageError(f"{path}:{number}: expected 'BOOKIE_ID RACK', got {line.strip()!r}")
+        racks[words[0]] = words[1]
+    return racks
+
+
+def run(args) -> int:
+    from scanner.audit.contract import DEFAULT_MIN_RACKS
+    from scanner.audit.job import AuditInputError, AuditOptions, run_audit
+    from scanner.audit.spark_session import SparkUnavailable, spark_session
+    from scanner.commands.bookie_args import metadata_store
+    from scanner.metadata.store import MetadataUnavailable
+
+    if args.marks_per_second < 0:
+        raise UsageError(f"--marks-per-second must be 0 (unlimited) or more, got {args.marks_per_second:g}")
+    if args.min_racks is not None and args.min_racks < 1:
+        raise UsageError(f"--min-racks must be at least 1, got {args.min_racks}")
+    options = AuditOptions(racks=parse_racks(args.racks) if args.racks else None,
+                           min_racks=args.min_racks or DEFAULT_MIN_RACKS,
+                           max_under_replicated_ms=parse_duration_ms(args.max_under_replicated_age))
+    store = metadata_store(args)
+    try:
+        marks = None
+        if args.mark:
+            from scanner.repair.after_scan import marks_for
+
+            marks = marks_for(store)  # a usage error before the job, not after
+        try:
+            spark = spark_session("bookie-scanner audit", args.master)
+        except SparkUnavailable as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            result = run_audit(spark, store, args.exports, options, now_ms=int(time.time() * 1000))
+            try:
+                if args.output:
+                    result.violations.write.mode("overwrite").parquet(args.output)
+                repair = None
+                if marks is not None:
+                    from scanner.audit.marking import mark_under_replicated
+
+                    repair = mark_under_replicated(marks, result.sorted_violations(), args.marks_per_second or None)
+                _report(result, repair, args.format)
+                return 1 if any(result.counts.values()) else 0
+            finally:
+                result.close()
+        except AuditInputError as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            spark.stop()
+    except MetadataUnavailable as exc:
+        raise UsageError(f"metadata unavailable: {exc}") from None
+    finally:
+        store.close()
+
+
+def _report(result, repair: dict | None, output_format: str) -> None:
+    if output_format == "json":
+        document = {"summary": result.summary(), "violations": [_violation_json(v) for v in result.sorted_violations()]}
+        if repair is not None:
+            document["repair"] = repair
+        json.dump(document, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    summary = result.summary()
+    print(f"cluster audit: {summary['ledgers_checked']} ledgers checked against {summary['bookies']} exported "
+          f"bookies ({', '.join(summary['exported_bookies'])}); {len(summary['registered_bookies'])} registered")
+    not_judged = {status: n for status, n in summary["ledgers_not_judged"].items() if n}
+    if not_judged:
+        print("not judged: " + ", ".join(f"{n} {status}" for status, n in not_judged.items()))
+    for problem in summary["problems"]:
+        print(f"problem: {problem}")
+    counts = {category: n for category, n in summary["violations"].items() if n}
+    print("violations: " + (", ".join(f"{category} {n}" for category, n in counts.items()) or "none"))
+    for violation in result.sorted_violations():
+        entries = "" if violation.entries is None else " entries " + ",".join(
+            f"{first}" if first == last else f"{first}-{last}" for first, last in violation.entries)
+        print(f"  {violation.category.value:<23} ledger {violation.ledger_id}{entries}"
+              f"{' bookies ' + ','.join(violation.bookies) if violation.bookies else ''}: {violation.detail}")
+    if repair is not None:
+        for bookie, section in repair.items():
+            print(f"marks naming {bookie}: marked {section['marked']}, merged {section['merged']}, "
+                  f"already marked {section['already_marked']}, disabled {section['disabled']}, "
+                  f"failed {section['failed']}")
+
+
+def _violation_json(violation) -> dict:
+    return {"category": violation.category.value, "ledger_id": violation.ledger_id,
+            "entries": None if violation.entries is None else [list(run) for run in violation.entries],
+            "bookies": list(violation.bookies), "detail": violation.detail, "copies": violation.copies}
