@@ -230,9 +230,9 @@ def test_twenty_kill_minus_nines_lose_no_progress_no_suspect_and_file_no_mark_tw
     chroot = zk_load_dump(sample.dump)
     bookie_dir = sample.root / "bookie"
     before = snapshot(bookie_dir)
-    # Slow enough that a pass spans several lives of the agent: ~1.5 s of ledgers, ~4 s of entry logs.
+    # Slow enough that a pass spans several lives of the agent: ~2 s of ledgers, ~1.5 s of entry logs.
     config = write_config(tmp_path, sample, f"zk://{zookeeper.connect_string}{chroot}/ledgers", mark=True,
-                          period_days=3 / 86400, bytes_per_second=12000, entries_per_second=300)
+                          period_days=3 / 86400, bytes_per_second=35000, entries_per_second=250)
     state_dir = tmp_path / "state"
     cursor_file = state_dir / "cursor-0.json"
     agent = AgentProcess(config, state_dir, tmp_path / "agent.err")
@@ -242,7 +242,7 @@ def test_twenty_kill_minus_nines_lose_no_progress_no_suspect_and_file_no_mark_tw
     positions = []
     for life in range(22):
         agent.start()
-        deadline = time.monotonic() + rng.uniform(0.4, 2.5)
+        deadline = time.monotonic() + rng.uniform(0.8, 3.0)
         if life < len(suspects):
             body = suspects[life]
             kind, value = next(iter(body.items()))
@@ -260,7 +260,8 @@ def test_twenty_kill_minus_nines_lose_no_progress_no_suspect_and_file_no_mark_tw
             waiting = cursor["phase"] == "waiting"
             positions.append(cursor["passes_completed"] + (0.0 if waiting else _progress(cursor)))
     assert positions == sorted(positions), f"progress went back after a kill: {positions}"
-    assert positions[-1] >= 1 and len(set(positions)) > 5  # it moved on across the kills
+    assert positions[-1] >= 1 and len(set(positions)) > 5, positions  # it moved on across the kills
+    assert sum(p != int(p) for p in positions) >= 5, positions  # many kills landed mid-pass
     agent.start()
     try:
         agent.wait_ready()
