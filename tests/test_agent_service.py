@@ -160,6 +160,9 @@ def test_the_agent_finds_every_injected_fault_marks_once_shows_it_and_never_writ
         assert f'bookie_scanner_findings{{bookie="{BOOKIE}",category="corrupt_entry"}} 1.0' in metrics
         assert f'bookie_scanner_zookeeper_connected{{bookie="{BOOKIE}"}} 1.0' in metrics
         assert re.search(r'bookie_scanner_passes_completed_total\{bookie="[^"]+",ledger_dir="[^"]+"\} [3-9]', metrics)
+        exported = set(re.findall(r"^(bookie_scanner_\w+)", metrics, re.M))
+        conf = (REPO / "conf" / "prometheus-alerts.yml").read_text() + (REPO / "conf" / "grafana-dashboard.json").read_text()
+        assert set(re.findall(r"bookie_scanner_\w+", conf)) <= exported  # alerts and dashboard use real names
         marks = UnderreplicationMarks(zk_client, f"{chroot}/ledgers")
         assert set(marks.marked_ledgers()) == DAMAGED_LEDGERS
         assert all(marks.get(ledger).replicas == (BOOKIE,) for ledger in DAMAGED_LEDGERS)
