@@ -7,6 +7,9 @@ import threading
 from .clock import SYSTEM_CLOCK, Clock
 from .wakeup import Wakeup
 
+# A ticket this close (in seconds) counts as paid: float rounding must not leave a waiter spinning.
+_PAID_WITHIN = 1e-9
+
 
 def _checked_rate(rate: float | None) -> float | None:
     if rate is None or rate == 0:
@@ -91,9 +94,11 @@ class TokenBucket:
         while ticket is not None:
             with self._lock:
                 self._refill()
-                if self._rate is None or self._credited >= ticket:
+                if self._rate is None:
                     break
                 remaining = (ticket - self._credited) / self._rate
+                if remaining < _PAID_WITHIN:
+                    break
                 nudges = self._wakeup.nudges()
             if self._wakeup.wait(remaining, since=nudges):
                 return True
