@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT_MASTER = "local[*]"
@@ -41,10 +43,31 @@ def java_available() -> bool:
     return shutil.which("java") is not None
 
 
+@contextlib.contextmanager
+def running_spark(app_name: str, master: str | None = None) -> Iterator:
+    """``spark_session`` for the length of a command; stopped after it unless it was already running (a notebook, a test)."""
+    was_running = _spark_running()
+    session = spark_session(app_name, master)
+    try:
+        yield session
+    finally:
+        if not was_running:
+            session.stop()
+
+
+def _spark_running() -> bool:
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return False  # spark_session says so
+    return SparkContext._active_spark_context is not None
+
+
 def spark_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None):
     """A SparkSession on ``master`` (default: local[*], or what spark-submit chose), logging at WARN.
 
-    Raises SparkUnavailable with a one-line reason when Spark cannot start.
+    An already running session is returned as it is. Raises SparkUnavailable with a one-line reason
+    when Spark cannot start.
     """
     try:
         from pyspark.sql import SparkSession

@@ -93,7 +93,7 @@ def parse_racks(path: Path) -> dict[str, str]:
 def run(args) -> int:
     from scanner.audit.contract import DEFAULT_MIN_RACKS
     from scanner.audit.job import AuditInputError, AuditOptions, run_audit
-    from scanner.audit.spark_session import SparkUnavailable, spark_session
+    from scanner.audit.spark_session import SparkUnavailable, running_spark
     from scanner.commands.bookie_args import metadata_store
     from scanner.metadata.store import MetadataUnavailable
 
@@ -111,15 +111,11 @@ def run(args) -> int:
             from scanner.repair.after_scan import marks_for
 
             marks = marks_for(store)  # a usage error before the job, not after
-        try:
-            spark = spark_session("bookie-scanner audit", args.master)
-        except SparkUnavailable as exc:
-            raise UsageError(str(exc)) from None
-        try:
+        with running_spark("bookie-scanner audit", args.master) as spark:
             result = run_audit(spark, store, args.exports, options, now_ms=int(time.time() * 1000))
             try:
                 if args.output:
-                    result.violations.write.mode("overwrite").parquet(args.output)
+                    _write_parquet(result.violations, args.output)
                 repair = None
                 if marks is not None:
                     from scanner.audit.marking import mark_under_replicated
@@ -129,14 +125,19 @@ def run(args) -> int:
                 return 1 if any(result.counts.values()) else 0
             finally:
                 result.close()
-        except AuditInputError as exc:
-            raise UsageError(str(exc)) from None
-        finally:
-            spark.stop()
+    except (SparkUnavailable, AuditInputError) as exc:
+        raise UsageError(str(exc)) from None
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata unavailable: {exc}") from None
     finally:
         store.close()
+
+
+def _write_parquet(violations, output: str) -> None:
+    try:
+        violations.write.mode("overwrite").parquet(output)
+    except Exception as exc:  # Hadoop filesystems surface as py4j errors: say where, in one line
+        raise UsageError(f"cannot write {output}: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
 
 
 def _report(result, repair: dict | None, output_format: str) -> None:

@@ -49,7 +49,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from scanner.audit.export import bookie_listings, damaged_runs, write_export
-    from scanner.audit.spark_session import SparkUnavailable, spark_session
+    from scanner.audit.spark_session import SparkUnavailable, running_spark
     from scanner.storage.bookie import open_bookie
 
     layout = bookie_layout(args)
@@ -59,16 +59,14 @@ def run(args) -> int:
         if findings is None:
             findings = _scan_now(args, layout, storage)
         try:
-            spark = spark_session(f"bookie-scanner export {layout.bookie_id}", args.master)
+            with running_spark(f"bookie-scanner export {layout.bookie_id}", args.master) as spark:
+                try:
+                    summary = write_export(spark, bookie_listings(storage, damaged_runs(findings)),
+                                           layout.bookie_id, layout.storage, args.output)
+                except Exception as exc:  # Hadoop filesystems surface as py4j errors: say where, in one line
+                    raise UsageError(f"cannot write {args.output}: {_first_line(exc)}") from None
         except SparkUnavailable as exc:
             raise UsageError(str(exc)) from None
-        try:
-            summary = write_export(spark, bookie_listings(storage, damaged_runs(findings)), layout.bookie_id,
-                                   layout.storage, args.output)
-        except Exception as exc:  # Hadoop filesystems surface as py4j errors: say where, in one line
-            raise UsageError(f"cannot write {args.output}: {_first_line(exc)}") from None
-        finally:
-            spark.stop()
     print(f"exported {summary.ledgers} ledgers of bookie {summary.bookie_id} to {summary.path}: "
           f"{summary.entries} entries listed, {summary.damaged} damaged"
           + (f", {summary.index_problems} unreadable indexes" if summary.index_problems else ""))

@@ -1,0 +1,21 @@
+"""One local Spark for the whole test session (``local[2]``), shared by every audit test module.
+
+Import the ``spark`` fixture into a test module (``from spark_session import spark``). Modules that
+import it get the same running session (Spark keeps one per process); it is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from scanner.audit.spark_session import spark_session
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = spark_session("bookie-scanner tests", "local[2]", conf={
+        "spark.sql.shuffle.partitions": "4",  # the corpus is tiny; 200 shuffle tasks would be all overhead
+        "spark.ui.enabled": "false",
+    })
+    yield session
+    session.stop()
