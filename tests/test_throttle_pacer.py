@@ -1,7 +1,7 @@
 import random
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -180,3 +180,25 @@ def test_opening_the_window_releases_a_paused_take():
 def test_bad_options_are_refused(option, value):
     with pytest.raises(ValueError, match=option):
         Pacer(1000, **{option: value})
+
+
+@pytest.fixture
+def berlin_time(monkeypatch):
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_window_after_the_autumn_clock_change_does_not_spin(berlin_time):
+    # 01:05 UTC is the second 02:05 of 2024-10-27 in Berlin; naive 02:10 maps to the first one, in the past.
+    second_0205 = datetime(2024, 10, 27, 1, 5, tzinfo=timezone.utc).timestamp()
+    if datetime.fromtimestamp(second_0205).fold != 1:
+        pytest.skip("no tz database for Europe/Berlin")
+    pacer, clock = fake_pacer(windows=AllowedWindows.parse("02:10-02:20"), start=second_0205)
+    thread, result = run_in_thread(lambda: pacer.take_bytes(10))
+    thread.join(10)
+    assert not thread.is_alive()
+    assert result["value"] is False
+    assert clock.time() - second_0205 == pytest.approx(300, abs=1)

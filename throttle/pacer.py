@@ -13,6 +13,8 @@ from .jitter import Jitter
 from .wakeup import Wakeup
 from .windows import AllowedWindows
 
+_MIN_PAUSE_SECONDS = 1.0
+
 
 class Pacer:
     """Token buckets for bytes/s and entries/s, scaled by allowed windows and disk back-off.
@@ -120,7 +122,8 @@ class Pacer:
         if windows is None:
             return False
         opening = windows.next_opening(local_now(self._clock))
-        seconds = max(0.0, opening.timestamp() - self._clock.time()) + self._jitter.stagger()
+        # At least a second: around a daylight-saving switch a naive opening can map to a past instant.
+        seconds = max(_MIN_PAUSE_SECONDS, opening.timestamp() - self._clock.time()) + self._jitter.stagger()
         return self._wakeup.wait(seconds, since=nudges)
 
     def _control(self, *, force: bool) -> bool:
