@@ -2,7 +2,7 @@ from datetime import datetime
 
 import pytest
 
-from throttle import AllowedWindows
+from throttle import AllowedWindows, HourRange
 
 # 2024-06-10 is a Monday; mid-June is far from any daylight-saving switch.
 MON, TUE, WED, THU, FRI, SAT, SUN = (datetime(2024, 6, 10 + offset) for offset in range(7))
@@ -94,3 +94,14 @@ def test_bad_hours_raise_a_clear_value_error(hours, message):
 def test_bad_days_raise_a_clear_value_error(days, message):
     with pytest.raises(ValueError, match=message):
         AllowedWindows.parse(days=days)
+
+
+@pytest.mark.parametrize("start, end", [(60, 60), (-1, 60), (0, 1441), (1440, 60)])
+def test_hour_ranges_built_directly_are_checked_too(start, end):
+    with pytest.raises(ValueError, match="hour range needs"):
+        HourRange(start, end)
+
+
+def test_days_outside_the_week_are_refused():
+    with pytest.raises(ValueError, match="days among 0-6"):
+        AllowedWindows(days=frozenset({7}))

@@ -19,6 +19,12 @@ class HourRange:
     start: int
     end: int
 
+    def __post_init__(self) -> None:
+        if not (0 <= self.start < _MINUTES_PER_DAY and 0 <= self.end <= _MINUTES_PER_DAY
+                and self.start != self.end % _MINUTES_PER_DAY or (self.start, self.end) == (0, _MINUTES_PER_DAY)):
+            raise ValueError(f"hour range needs 0 <= start < 1440, 0 <= end <= 1440 minutes and must not be empty; "
+                             f"got start={self.start}, end={self.end}")
+
     @property
     def wraps(self) -> bool:
         return self.end <= self.start
@@ -40,8 +46,9 @@ class AllowedWindows:
     days: frozenset[int] = EVERY_DAY
 
     def __post_init__(self) -> None:
-        if not self.hours or not self.days:
-            raise ValueError("allowed windows need at least one hour range and one day")
+        if not self.hours or not self.days or not self.days <= EVERY_DAY:
+            raise ValueError(f"allowed windows need at least one hour range and days among 0-6 (Monday = 0); "
+                             f"got hours={self.hours}, days={sorted(self.days)}")
 
     @classmethod
     def parse(cls, hours: str | None = None, days: str | None = None) -> "AllowedWindows":
@@ -92,9 +99,11 @@ def parse_hours(text: str) -> tuple[HourRange, ...]:
             raise ValueError(f"bad hour range {item!r} in {text!r}: expected HH:MM-HH:MM, e.g. 01:00-06:00")
         start = _minute_of_day(item, text, int(match[1]), int(match[2]), allow_24=False)
         end = _minute_of_day(item, text, int(match[3]), int(match[4]), allow_24=True)
-        if start == end % _MINUTES_PER_DAY and end != _MINUTES_PER_DAY:
-            raise ValueError(f"empty hour range {item!r} in {text!r}: use 00:00-24:00 for all day")
-        ranges.append(HourRange(start, end))
+        try:
+            ranges.append(HourRange(start, end))
+        except ValueError:
+            # The bounds were checked above, so only an empty range is left to refuse.
+            raise ValueError(f"empty hour range {item!r} in {text!r}: use 00:00-24:00 for all day") from None
     return tuple(ranges)
 
 
