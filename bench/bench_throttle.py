@@ -89,7 +89,7 @@ def main() -> None:
     baseline_case = scan_batch(None, None)
     _, entries, elapsed = drive(Pacer(None, None, jitter=NO_JITTER), baseline_case, min(args.seconds, 3.0))
     ceiling = entries / baseline_case.chunk_entries / elapsed
-    print(f"baseline: unlimited pacer, {ceiling:,.0f} batches/s (take_entries + take_bytes per batch)")
+    print(f"baseline: unlimited pacer, {ceiling:,.0f} batches/s (take_entries + take_bytes per batch)", flush=True)
     print(f"{'case':<24} {'thr':>3} {'configured':>16} {'achieved':>16} {'error':>8} {'steady':>8} {'of ceiling':>10}")
     worst = 0.0
     for case in CASES:
@@ -104,7 +104,7 @@ def main() -> None:
         needed = configured / (case.chunk_bytes if unit == "B/s" else case.chunk_entries) / ceiling
         shown = (lambda v: f"{v / MIB:,.3f} MiB/s") if unit == "B/s" else (lambda v: f"{v:,.0f} ent/s")
         print(f"{case.label:<24} {case.threads:>3} {shown(configured):>16} {shown(achieved):>16} "
-              f"{error:>+7.2f}% {steady:>+7.2f}% {needed:>9.1%}")
+              f"{error:>+7.2f}% {steady:>+7.2f}% {needed:>9.1%}", flush=True)
     print(f"worst error {worst:.2f}% ({'within' if worst <= 5 else 'OUTSIDE'} the ±5 % goal)")
 
 
