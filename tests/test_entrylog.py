@@ -241,7 +241,8 @@ def test_broken_ledgers_maps(write, batches, count, expected):
 # --- damaged records -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kept, readable_ids", [(2, False), (4 + 10, False), (4 + 32, True), (len(RECORDS[2]) - 1, True)])
+@pytest.mark.parametrize("kept, readable_ids",
+                         [(2, False), (4 + 10, False), (4 + 32, True), (len(RECORDS[2]) - 1, True)])
 def test_record_cut_by_the_end_of_the_file(write, kept, readable_ids):
     path = write(classic_log(RECORDS[:2], with_map=False) + RECORDS[2][:kept])
     found, problems, log = walk(path)
@@ -443,3 +444,16 @@ def test_closing_while_records_are_still_held(write):
     kept = list(log.records())
     log.close()
     assert bytes(kept[0].entry) == RECORDS[0][4:]
+
+
+def test_counters_are_true_when_the_consumer_stops_early(write):
+    damaged = bytearray(RECORDS[0])
+    damaged[-1] ^= 0xFF
+    path = write(classic_log([bytes(damaged), RECORDS[2], RECORDS[2]], with_map=False))
+    with EntryLog(path, 0) as log:
+        failures = log.verify_records(lambda ledger_id: DigestVerifier(DigestType.CRC32C))
+        next(failures)
+        failures.close()
+        stats = log.stats
+        assert (stats.entries_failed, stats.entries_verified, stats.bytes_scanned) == (1, 0, len(damaged))
+        assert log.valid_end is None

@@ -183,7 +183,10 @@ class DigestFailure(NamedTuple):
 
 
 class WalkStats:
-    """Counters of the latest walk; updated at every pace call and when the walk ends."""
+    """Counters of the latest walk, kept current at every pace call and when the walk ends or is left.
+
+    The entry counters and ``ledgers_seen`` are filled by :meth:`EntryLog.verify_records` only.
+    """
 
     __slots__ = ("entries_verified", "entries_skipped", "entries_failed", "bytes_scanned", "ledgers_seen")
 
@@ -287,7 +290,7 @@ class EntryLog:
         return self._ledgers_map
 
     def _read_ledgers_map(self) -> dict[int, int] | None:
-        if not self._has_ledgers_map() or not self.header.data_start <= self.header.ledgers_map_offset <= self.size:
+        if not self._has_ledgers_map() or self._records_end != self.header.ledgers_map_offset:
             return None  # no map, or an offset already reported as broken when the file was opened
         view, size = self._view, self.size
         max_batch = LEDGERS_MAP_BATCH_HEADER + LEDGERS_MAP_ITEM * LEDGERS_MAP_MAX_BATCH
@@ -369,48 +372,53 @@ class EntryLog:
         next_stop = start + PACE_INTERVAL
         if self._mmap is not None:
             self._mmap.madvise(mmap.MADV_SEQUENTIAL)
-        while True:
-            if pos >= next_stop:
-                stats.entries_verified, stats.entries_skipped, stats.entries_failed = verified, skipped, failed
-                stats.bytes_scanned = pos - start
-                if pace is not None:
-                    pace(pos - paced)
-                paced = pos
-                if pos - released >= RELEASE_INTERVAL:
-                    released = self._release(released, pos)
-                next_stop = pos + PACE_INTERVAL
-            body = pos + 4
-            if body + 16 <= end:
-                length, ledger_id, entry_id = unpack_start(view, pos)
-                following = body + length
-                if min_length <= length <= max_length and following <= end and ledger_id >= 0 and entry_id >= 0:
-                    if verifying:
-                        check = checks.get(ledger_id, False)
-                        if check is False:
-                            verifier = verifiers[ledger_id] = verifier_for(ledger_id)
-                            check = checks[ledger_id] = None if verifier is None else verifier.verify
-                            stats.ledgers_seen.add(ledger_id)
-                        if check is None:
-                            skipped += 1
-                        elif check(view[body:following]):
-                            verified += 1
+        try:
+            while True:
+                if pos >= next_stop:
+                    stats.entries_verified, stats.entries_skipped, stats.entries_failed = verified, skipped, failed
+                    stats.bytes_scanned = pos - start
+                    if pace is not None:
+                        pace(pos - paced)
+                    paced = pos
+                    if pos - released >= RELEASE_INTERVAL:
+                        released = self._release(released, pos)
+                    next_stop = pos + PACE_INTERVAL
+                body = pos + 4
+                if body + 16 <= end:
+                    length, ledger_id, entry_id = unpack_start(view, pos)
+                    following = body + length
+                    if min_length <= length <= max_length and following <= end and ledger_id >= 0 and entry_id >= 0:
+                        pos = following
+                        if verifying:
+                            check = checks.get(ledger_id, False)
+                            if check is False:
+                                verifier = verifiers[ledger_id] = verifier_for(ledger_id)
+                                check = checks[ledger_id] = None if verifier is None else verifier.verify
+                                stats.ledgers_seen.add(ledger_id)
+                            if check is None:
+                                skipped += 1
+                            elif check(view[body:following]):
+                                verified += 1
+                            else:
+                                failed += 1
+                                reason = _failure_reason(verifiers[ledger_id], length)
+                                yield DigestFailure(ledger_id, entry_id, body, reason)
                         else:
-                            failed += 1
-                            yield DigestFailure(ledger_id, entry_id, body, _failure_reason(verifiers[ledger_id], length))
-                    else:
-                        yield Record(body, ledger_id, entry_id, view[body:following])
-                    pos = following
-                    continue
-            following = self._irregular_record(pos, end)
-            if following is None:
-                break
-            pos = following
-        stats.entries_verified, stats.entries_skipped, stats.entries_failed = verified, skipped, failed
-        stats.bytes_scanned = pos - start
-        self.valid_end = pos
-        if pace is not None and pos > paced:
-            pace(pos - paced)
-        self._release(released, pos)
+                            yield Record(body, ledger_id, entry_id, view[body:following])
+                        continue
+                following = self._irregular_record(pos, end)
+                if following is None:
+                    break
+                pos = following
+            self.valid_end = pos
+            if pace is not None and pos > paced:
+                pace(pos - paced)
+        finally:  # also when the consumer stops early: the counters stay true
+            stats.entries_verified, stats.entries_skipped, stats.entries_failed = verified, skipped, failed
+            stats.bytes_scanned = pos - start
+            self._release(released, pos)
+            if self._mmap is not None:
+                self._mmap.madvise(mmap.MADV_NORMAL)  # later reads by location are random
 
     def _irregular_record(self, pos: int, end: int) -> int | None:
         """Judge what the fast path rejected: where the walk goes on, or ``None`` to stop."""
@@ -518,6 +526,7 @@ def _open_read_only(path: str, entry_log_id: int) -> int:
         except PermissionError:
             return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError as exc:
-        raise MissingEntryLog(path, entry_log_id, None, "the file does not exist (deleted by garbage collection?)") from exc
+        raise MissingEntryLog(path, entry_log_id, None,
+                              "the file does not exist (deleted by garbage collection?)") from exc
     except OSError as exc:
         raise UnreadableEntryLog(path, entry_log_id, None, f"cannot open the file: {exc.strerror}") from exc
