@@ -57,4 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run through the package module, so commands raise the same UsageError class this main catches.
+    from scanner.cli import main as package_main
+
+    sys.exit(package_main())

@@ -2,7 +2,7 @@
 
 `.idx`: IndexFile.locations() vs struct.iter_unpack over the same file's bytes.
 RocksDB: DbLedgerIndex.locations() ledger by ledger vs a bare rocksdict scan of the same DB.
-Run from the repository root: PYTHONPATH=. .venv/bin/python bench/index_readers.py [entries]
+Run from the repository root: .venv/bin/python bench/bench_index_readers.py [entries]
 """
 
 from __future__ import annotations
