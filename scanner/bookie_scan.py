@@ -228,12 +228,14 @@ class BookieScanner:
         if checkpoint is not None:
             reached = start if start is not None else (entry_log.header.data_start if entry_log.header else 0)
 
-            def pace(n: int) -> None:
+            def pace_and_checkpoint(n: int) -> None:
                 nonlocal reached
                 self.pacer.take_bytes(n)
                 reached += n
                 if checkpoint(reached, judge_so_far()):
                     raise _WalkStopped
+
+            pace = pace_and_checkpoint
 
         try:
             for failure in entry_log.verify_records(self._verifier_for, start=start, pace=pace):

@@ -1,10 +1,10 @@
 import math
-import threading
 import time
 
 import pytest
 
 from throttle import ManualClock, TokenBucket, Wakeup
+from threads import run_in_thread
 
 
 def make_bucket(rate, burst=None):
@@ -104,19 +104,6 @@ def test_negative_take_is_refused():
     bucket, _ = make_bucket(rate=10)
     with pytest.raises(ValueError, match="negative"):
         bucket.take(-1)
-
-
-def run_in_thread(function):
-    result = {}
-
-    def target():
-        started = time.monotonic()
-        result["value"] = function()
-        result["elapsed"] = time.monotonic() - started
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, result
 
 
 def test_threads_together_never_exceed_the_rate():

@@ -1,11 +1,11 @@
 import random
-import threading
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from throttle import NO_JITTER, AllowedWindows, Jitter, ManualClock, Pacer, local_now
+from threads import run_in_thread
 
 # A Monday in mid-June: far from any daylight-saving switch.
 MONDAY_0700 = datetime(2024, 6, 10, 7, 0)
@@ -120,19 +120,6 @@ def a_window_that_is_closed_now() -> AllowedWindows:
     opens = datetime.now() + timedelta(hours=2)
     closes = opens + timedelta(hours=1)
     return AllowedWindows.parse(f"{opens:%H:%M}-{closes:%H:%M}")
-
-
-def run_in_thread(function):
-    result = {}
-
-    def target():
-        started = time.monotonic()
-        result["value"] = function()
-        result["elapsed"] = time.monotonic() - started
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, result
 
 
 @pytest.mark.parametrize("interrupt", ["wake", "stop"])

@@ -73,7 +73,7 @@ def _duration(seconds: float) -> str:
 
 
 def _not_running(config, reason, fmt: str) -> int:
-    from scanner.agent.cursor import cursor_path, load_cursor
+    from scanner.agent.cursor import load_cursor
     from scanner.statefile import read_json
 
     cursors = []
