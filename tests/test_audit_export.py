@@ -7,13 +7,13 @@ import tempfile
 
 import pytest
 
-from audit_exports import DUMP, clean_exports, corpus_layout, damaged_exports, export_bookie, ledger_dir
+from audit_exports import DUMP, clean_exports, corpus_layout, damaged_exports, export_bookie, ledger_dir  # noqa: F401 (fixtures)
 from corpus import BOOKIES, CORPUS, bookie_id, corruption_report, deleted_ledgers, manifest, scan_args
 from scanner.audit.availability import EntryAvailability
 from scanner.audit.export import LedgerListing, export_schema, write_export
 from scanner.cli import main
 from scanner.storage.bookie import open_bookie
-from spark_session import spark
+from spark_session import spark  # noqa: F401 (fixture)
 from test_availability import encoded
 
 pytestmark = pytest.mark.spark

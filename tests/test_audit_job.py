@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 
-from audit_exports import DUMP, DUMP_LIVE, clean_exports, damaged_exports
+from audit_exports import DUMP, DUMP_LIVE, clean_exports, damaged_exports  # noqa: F401 (fixtures)
 from corpus import bookie_id, corruption_report, deleted_ledgers, manifest
 from scanner.cli import main
 from scanner.metadata.snapshot import SnapshotStore
 from scanner.repair.marks import UnderreplicationMarks
-from spark_session import spark
+from spark_session import spark  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.spark
 

@@ -7,7 +7,7 @@ in an ``AuditContext`` (broadcast once per job).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scanner.audit.availability import AvailabilityError, decode_runs
@@ -89,7 +89,7 @@ def violation_row(violation: Violation) -> tuple:
             violation.copies)
 
 
-def violation_from_row(row: Mapping | tuple) -> Violation:
+def violation_from_row(row: Sequence) -> Violation:
     category, ledger_id, entries, bookies, detail, copies = row
     return Violation(Category(category), ledger_id,
                      None if entries is None else tuple((int(first), int(last)) for first, last in entries),
