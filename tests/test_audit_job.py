@@ -188,3 +188,31 @@ def test_missing_exports_and_missing_java_exit_2(spark, tmp_path, capsys, monkey
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("bookie-scanner audit: ") for line in err), err
     assert "cannot read exports" in err[0] and "no bookie exports" in err[1] and "Java" in err[2]
+
+
+class LedgerDeletedDuringTheAudit(SnapshotStore):
+    """The corpus dump, in which ledger 46 is deleted right after the audit first read it."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.reads_of_46 = 0
+
+    def node(self, path):
+        if path == "/ledgers/00/0000/L0046":
+            self.reads_of_46 += 1
+            if self.reads_of_46 > 1:
+                return None
+        return super().node(path)
+
+
+def test_a_violation_is_judged_again_when_its_metadata_changed(spark, clean_exports):
+    from scanner.audit.job import AuditOptions, run_audit
+
+    with LedgerDeletedDuringTheAudit(DUMP) as store:
+        result = run_audit(spark, store, str(clean_exports), AuditOptions(), now_ms=0)
+        try:
+            found = [(v.category.value, v.ledger_id) for v in result.sorted_violations()]
+        finally:
+            result.close()
+    assert store.reads_of_46 == 2 and result.rejudged == 1
+    assert found == [("orphan_ledger", 6), ("orphan_ledger", 17), ("orphan_ledger", 46)]
