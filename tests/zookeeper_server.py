@@ -2,7 +2,9 @@
 
 ``ZooKeeperServer(workdir).start()`` runs ``ZooKeeperServerMain`` in its own JVM on 127.0.0.1
 with a free port, a data dir under ``workdir``, the admin server off, and waits until the
-server answers ``ruok``. ``stop()`` ends that JVM (and only it). ``load_dump`` recreates the
+server answers ``ruok``. ``stop()`` ends that JVM (and only it); ``restart()`` starts it again on
+the same port with the same data dir, as after an outage; ``freeze()``/``thaw()`` suspend and resume
+it (a server that keeps its connections but never answers). ``load_dump`` recreates the
 znodes of a dump file (the corpus ``zk-dump.json`` format) under a prefix.
 """
 
@@ -11,7 +13,9 @@ from __future__ import annotations
 import atexit
 import base64
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -33,10 +37,14 @@ def free_port() -> int:
 
 
 class ZooKeeperServer:
-    def __init__(self, workdir: Path, jar: Path = ZOOKEEPER_JAR):
+    """``max_session_timeout_ms`` caps the sessions clients get (ZooKeeper's default: 40 s)."""
+
+    def __init__(self, workdir: Path, jar: Path = ZOOKEEPER_JAR, *, max_session_timeout_ms: int | None = None):
         self.workdir = Path(workdir)
         self.jar = Path(jar)
+        self.max_session_timeout_ms = max_session_timeout_ms
         self.port: int | None = None
+        self._attempt: int | None = None  # names the config and data dir the serving JVM uses
         self._process: subprocess.Popen | None = None
 
     @property
@@ -45,18 +53,11 @@ class ZooKeeperServer:
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the server and wait until it answers; ZooKeeperSetupError if it cannot."""
-        if not self.jar.is_file():
-            raise ZooKeeperSetupError(
-                f"{self.jar} not found: install Debian's zookeeper package (apt-get install zookeeper); "
-                "the ZooKeeper tests need a real server"
-            )
-        java = shutil.which("java")
-        if java is None:
-            raise ZooKeeperSetupError("no java on PATH: install a JRE (apt-get install default-jre-headless)")
+        java = self._java()
         failures = []
         # A port picked as free can be taken before the JVM binds it; then try another.
         for attempt in range(_PORT_ATTEMPTS):
-            self.port = free_port()
+            self.port, self._attempt = free_port(), attempt
             self._process = self._launch(java, attempt)
             atexit.register(self.stop)
             problem = self._wait_until_serving(timeout)
@@ -65,6 +66,31 @@ class ZooKeeperServer:
             self.stop()
             failures.append(problem)
         raise ZooKeeperSetupError("ZooKeeper did not start: " + " | ".join(failures))
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """Stop the server if it runs, then serve again on the same port from the same data dir.
+
+        Its znodes and sessions survive, as after a real outage; ZooKeeperSetupError if it cannot.
+        """
+        if self._attempt is None:
+            raise ZooKeeperSetupError("restart() before a successful start()")
+        self.stop()
+        self._process = self._launch(self._java(), self._attempt)
+        problem = self._wait_until_serving(timeout)
+        if problem is not None:
+            self.stop()
+            raise ZooKeeperSetupError("ZooKeeper did not restart: " + problem)
+
+    def _java(self) -> str:
+        if not self.jar.is_file():
+            raise ZooKeeperSetupError(
+                f"{self.jar} not found: install Debian's zookeeper package (apt-get install zookeeper); "
+                "the ZooKeeper tests need a real server"
+            )
+        java = shutil.which("java")
+        if java is None:
+            raise ZooKeeperSetupError("no java on PATH: install a JRE (apt-get install default-jre-headless)")
+        return java
 
     def _launch(self, java: str, attempt: int) -> subprocess.Popen:
         data_dir = self.workdir / f"data-{attempt}"
@@ -78,13 +104,14 @@ class ZooKeeperServer:
             "maxClientCnxns=0\n"
             "admin.enableServer=false\n"
             "4lw.commands.whitelist=ruok\n"
+            + ("" if self.max_session_timeout_ms is None else f"maxSessionTimeout={self.max_session_timeout_ms}\n")
         )
         self.log_path = self.workdir / f"zookeeper-{attempt}.log"
         command = [
             java, "-Xmx256m", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
             "-Dzookeeper.admin.enableServer=false", "-cp", str(self.jar), SERVER_MAIN, str(config),
         ]  # fmt: skip
-        with self.log_path.open("wb") as log:
+        with self.log_path.open("ab") as log:  # a restart's lines follow the first run's
             return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def _wait_until_serving(self, timeout: float) -> str | None:
@@ -106,11 +133,19 @@ class ZooKeeperServer:
         except OSError:
             return False
 
+    def freeze(self) -> None:
+        """Suspend the JVM (SIGSTOP): connections stay open, nothing is answered until ``thaw()``."""
+        os.kill(self._process.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.kill(self._process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
-        """Stop the JVM this object started (SIGTERM, then SIGKILL after 10 s)."""
+        """Stop the JVM this object started (SIGTERM, then SIGKILL after 10 s), frozen or not."""
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
+        process.send_signal(signal.SIGCONT)  # a suspended JVM would hold SIGTERM until resumed
         process.terminate()
         try:
             process.wait(timeout=10)

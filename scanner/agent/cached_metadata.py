@@ -5,6 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from kazoo.protocol.states import KazooState
 
 from scanner.metadata.store import MetadataUnavailable
 
@@ -12,6 +16,10 @@ log = logging.getLogger(__name__)
 
 # Ledger metadata is a few hundred bytes: this bounds the cache to tens of MiB.
 CACHED_LEDGERS = 200_000
+# How often a read in flight checks that ZooKeeper is still connected.
+CONNECTION_CHECK_SECONDS = 0.1
+# Reads in flight at once: one per ledger dir's scanner on the usual bookie.
+READERS = 4
 
 
 class CachedMetadata:
@@ -27,6 +35,9 @@ class CachedMetadata:
         self._ledgers: OrderedDict[int, object] = OrderedDict()
         self._ledger_ids: list[int] | None = None
         self._reachable = True
+        self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="metadata-read")
+        if self.client is not None:
+            self.client.add_listener(self._on_connection_state)
 
     @property
     def root(self) -> str:
@@ -47,7 +58,7 @@ class CachedMetadata:
         if self.client is not None and not self.client.connected:
             return self._cached(ledger_id, None)
         try:
-            meta = self.store.ledger(ledger_id)
+            meta = self._read(lambda: self.store.ledger(ledger_id))
         except MetadataUnavailable as exc:
             return self._cached(ledger_id, exc)
         self._note_reachable(True)
@@ -68,7 +79,7 @@ class CachedMetadata:
     def ledger_ids(self):
         if self.client is None or self.client.connected:
             try:
-                ids = list(self.store.ledger_ids())
+                ids = self._read(lambda: list(self.store.ledger_ids()))
             except MetadataUnavailable:
                 self._note_reachable(False)
             else:
@@ -84,6 +95,27 @@ class CachedMetadata:
     def bookies(self):
         return self.store.bookies()
 
+    def _read(self, read):
+        """``read()`` from the store, given up with MetadataUnavailable as soon as ZooKeeper disconnects.
+
+        kazoo parks a request made while it reconnects (its own retry after a lost connection does) until
+        the server is back, however long that takes; the scanner must not wait with it.
+        """
+        if self.client is None:
+            return read()
+        future = self._readers.submit(read)
+        while True:
+            try:
+                return future.result(timeout=CONNECTION_CHECK_SECONDS)
+            except FutureTimeout:
+                if not self.client.connected:
+                    raise MetadataUnavailable("ZooKeeper disconnected during the read") from None
+
+    def _on_connection_state(self, state) -> None:
+        # The scanner may read no metadata for days (deep in the entry logs): the reconnect itself says so.
+        if state == KazooState.CONNECTED:
+            self._note_reachable(True)
+
     def _note_reachable(self, reachable: bool) -> None:
         if reachable != self._reachable:
             self._reachable = reachable
@@ -93,4 +125,5 @@ class CachedMetadata:
                 log.warning("metadata unreachable: scanning on with the ledger metadata read before")
 
     def close(self) -> None:
-        self.store.close()
+        self.store.close()  # ends any read still parked in kazoo
+        self._readers.shutdown(wait=False, cancel_futures=True)
