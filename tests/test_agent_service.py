@@ -3,9 +3,7 @@ of our own, with injected faults), metadata in a real ZooKeeper, killed and rest
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import random
 import re
 import signal
@@ -19,6 +17,7 @@ from pathlib import Path
 from scanner.agent.suspects import append_to_inbox, Suspect
 from scanner.repair.marks import UnderreplicationMarks
 from scanner.sample.sample_cluster import build_sample
+from tree_state import snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = "import sys; from scanner.cli import main; sys.exit(main())"
@@ -43,18 +42,6 @@ def write_config(tmp_path: Path, sample, uri: str, **agent_and_throttle) -> Path
     path = tmp_path / "scanner.toml"
     path.write_text(text)
     return path
-
-
-def snapshot(root: Path) -> dict:
-    """Size, mtime and sha256 of every file under ``root`` (and every dir's mtime)."""
-    found = {}
-    for directory, _, files in os.walk(root):
-        found[directory] = os.stat(directory).st_mtime_ns
-        for name in files:
-            path = os.path.join(directory, name)
-            stat = os.stat(path)
-            found[path] = (stat.st_size, stat.st_mtime_ns, hashlib.sha256(Path(path).read_bytes()).hexdigest())
-    return found
 
 
 class AgentProcess:

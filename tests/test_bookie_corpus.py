@@ -15,6 +15,7 @@ from scanner.storage.bookie import BookieStorage, open_bookie
 from scanner.storage.entry import DIGEST_LENGTH, METADATA_LENGTH, DigestType, DigestVerifier, master_key
 from scanner.storage.entrylog import EntryLog, EntryLogError, TruncatedRecord
 from scanner.storage.layout import discover_layout
+from tree_state import snapshot
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real-bookkeeper-4.16.7"
 BOOKIES = {1: "interleaved", 2: "sorted", 3: "db", 4: "db"}
@@ -156,19 +157,6 @@ def test_cut_and_vanished_records_fail_to_read_with_typed_errors(copy, tmp_path,
     assert failed == gone
     assert isinstance(entries[cut["ledger_id"], cut["entry_id"]], TruncatedRecord)
     assert digest_failures(entries, verifiers) == {(flip["ledger_id"], flip["entry_id"])}
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
-    """relative path -> (size, mtime_ns, sha256) for files, (mtime_ns,) for directories."""
-    state = {}
-    for directory, subdirs, files in os.walk(root):
-        state[os.path.relpath(directory, root)] = (os.stat(directory).st_mtime_ns,)
-        for name in files:
-            path = Path(directory, name)
-            info = path.lstat()
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            state[str(path.relative_to(root))] = (info.st_size, info.st_mtime_ns, digest)
-    return state
 
 
 def test_reading_everything_leaves_every_bookie_dir_byte_for_byte_unchanged(tmp_path):
