@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from scanner.storage.entry import DigestVerifier, METADATA_LENGTH
 from scanner.storage.pagecache import CHUNK_SIZE, PageCacheGuest
@@ -197,11 +197,15 @@ class IndexedRecordFault(NamedTuple):
 
 
 class ExpectedRecords(NamedTuple):
-    """The index's locations into one log, ascending by ``pos``: parallel sequences (e.g. ``array('Q')``)."""
+    """The index's locations into one log below ``end``, ascending by ``pos``: parallel sequences (``array('Q')``).
+
+    A walk takes them as consecutive windows, so a log's locations need not be in memory at once.
+    """
 
     pos: Sequence[int]
     ledger_ids: Sequence[int]
     entry_ids: Sequence[int]
+    end: int = _NO_MORE
 
 
 class WalkStats:
@@ -365,11 +369,11 @@ class EntryLog:
         Stops at the ledgers map, at zero fill (end of valid data) or at damage, which goes to
         :attr:`problems`. ``pace(nbytes)`` is called about every MiB walked and at the end.
         """
-        return self._walk(self._start(start), pace, None, None)
+        return self._walk(self._start(start), pace, None, ())
 
     def verify_records(self, verifier_for: Callable[[int], DigestVerifier | None], start: int | None = None,
                        pace: Callable[[int], object] | None = None,
-                       expected: ExpectedRecords | None = None) -> Iterator[DigestFailure]:
+                       expected: Iterable[ExpectedRecords] = ()) -> Iterator[DigestFailure]:
         """Walk as :meth:`records` does, verify each entry's digest, and yield only the failures.
 
         ``verifier_for(ledger_id)`` is asked once per ledger per walk; ``None`` means "unknown
@@ -386,13 +390,13 @@ class EntryLog:
             return None
         return self.header.data_start if start is None else start
 
-    def _walk(self, start, pace, verifier_for, expected: ExpectedRecords | None) -> Iterator:
+    def _walk(self, start, pace, verifier_for, expected: Iterable[ExpectedRecords]) -> Iterator:
         self.stats = stats = WalkStats()
         self.valid_end = None
         self.index_faults = index_faults = []
+        windows = iter(expected)
         if start is None:
-            if expected is not None:
-                self._unreached(expected, 0, "the log has no readable header")
+            self._unreached(windows, None, 0, "the log has no readable header")
             return
         # Everything the loop touches is bound to locals: this is the scanner's hot path.
         end = self._records_end
@@ -403,12 +407,10 @@ class EntryLog:
         verifiers: dict[int, DigestVerifier | None] = {}
         checks: dict[int, Callable[[memoryview], bool] | None] = {}
         ledger_bytes = stats.ledger_bytes
-        if expected is None:
-            expected = ExpectedRecords((), (), ())
-        exp_pos, exp_ledgers, exp_entries = expected
-        exp_count = len(exp_pos)
-        j = 0
-        next_exp = exp_pos[0] if exp_count else _NO_MORE
+        window = ExpectedRecords((), (), (), 0)
+        exp_pos, exp_ledgers, exp_entries, window_end = window
+        exp_count = j = 0
+        next_exp = window_end
         verified = skipped = failed = 0
         pos = paced = start
         next_stop = start + PACE_INTERVAL
@@ -444,22 +446,25 @@ class EntryLog:
                                 pos = following
                             continue
                         indexed = False
-                        if body >= next_exp:
-                            while next_exp < body:  # the index points inside the previous record
+                        while body >= next_exp:
+                            if j >= exp_count:  # this window is done: the next one
+                                window = next(windows, None) or ExpectedRecords((), (), ())
+                                exp_pos, exp_ledgers, exp_entries, window_end = window
+                                exp_count, j = len(exp_pos), 0
+                            elif next_exp < body:  # the index points inside the previous record
                                 index_faults.append(IndexedRecordFault(
                                     next_exp, exp_ledgers[j], exp_entries[j], True,
                                     f"location pos {next_exp} is not the start of a record"))
                                 j += 1
-                                next_exp = exp_pos[j] if j < exp_count else _NO_MORE
-                            while next_exp == body:
-                                if exp_ledgers[j] == ledger_id and exp_entries[j] == entry_id:
-                                    indexed = True
-                                else:
-                                    index_faults.append(IndexedRecordFault(
-                                        body, exp_ledgers[j], exp_entries[j], False,
-                                        f"the record at pos {body} is ledger {ledger_id} entry {entry_id}"))
+                            elif exp_ledgers[j] == ledger_id and exp_entries[j] == entry_id:
+                                indexed = True
                                 j += 1
-                                next_exp = exp_pos[j] if j < exp_count else _NO_MORE
+                            else:
+                                index_faults.append(IndexedRecordFault(
+                                    body, exp_ledgers[j], exp_entries[j], False,
+                                    f"the record at pos {body} is ledger {ledger_id} entry {entry_id}"))
+                                j += 1
+                            next_exp = exp_pos[j] if j < exp_count else window_end
                         pos = following
                         if verifying:
                             ledger_bytes[ledger_id] = ledger_bytes.get(ledger_id, 0) + length + 4
@@ -490,7 +495,7 @@ class EntryLog:
             self.valid_end = pos
             if pace is not None and pos > paced:
                 pace(pos - paced)
-            self._unreached(expected, j, self._why_unreached(pos))
+            self._unreached(windows, window, j, self._why_unreached(pos))
         finally:  # also when the consumer stops early: the counters stay true
             stats.entries_verified, stats.entries_skipped, stats.entries_failed = verified, skipped, failed
             stats.bytes_scanned = pos - start
@@ -510,10 +515,14 @@ class EntryLog:
             return f"the walk of the log stopped at offset {valid_end}: {later[0].detail}"
         return f"past the end of the log's records at offset {valid_end}"
 
-    def _unreached(self, expected: ExpectedRecords, first: int, reason: str) -> None:
-        for k in range(first, len(expected.pos)):
-            self.index_faults.append(IndexedRecordFault(expected.pos[k], expected.ledger_ids[k],
-                                                        expected.entry_ids[k], True, reason))
+    def _unreached(self, windows: Iterator[ExpectedRecords], current: ExpectedRecords | None, first: int,
+                   reason: str) -> None:
+        """Every expected record from ``current[first]`` on is beyond where the walk ended."""
+        for window in ([current] if current is not None else []) + list(windows):
+            for k in range(first, len(window.pos)):
+                self.index_faults.append(IndexedRecordFault(window.pos[k], window.ledger_ids[k],
+                                                            window.entry_ids[k], True, reason))
+            first = 0
 
     def _irregular_record(self, pos: int, end: int) -> int | None:
         """Judge what the fast path rejected: where the walk goes on, or ``None`` to stop."""

@@ -1,0 +1,407 @@
+"""A full pass over one bookie: the index read once in its order, every entry log read once front to back.
+
+1. The index: for each ledger (metadata read in pipelined batches), conditions 1 and 2 from its
+   entry list; its digest type and key go to a compact table, its locations to sorted runs.
+2. The cluster: ledgers the metadata places on this bookie that the index lacks (condition 1).
+3. The walk: each entry log once, every digest verified, every location the index holds matched
+   against the record the walk finds there (condition 3 and the index-to-record check as a join).
+4. Confirmation: nothing leaves the pass on the word of a snapshot. What the walk or the index
+   showed is read again from the bookie's files and the metadata as they are now (a fresh index,
+   the record at the location it names, the ledger's metadata): a race with a write, a flush,
+   garbage collection or compaction is never a finding. An entry the index lacks but the bookie's
+   journal holds after its last mark is acknowledged and not yet flushed, not missing.
+
+Memory holds one batch of ledgers, one sorted run or one window of locations, the compact table,
+and what is damaged; not a metadata object per ledger nor anything per entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Callable, Iterator
+
+from scanner.bookie_scan import BookieScanner, Pacer, Unpaced
+from scanner.checks.entry_log_check import judge_entry_log
+from scanner.checks.findings import Category, Finding
+from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults, orphan_finding
+from scanner.ledger_table import LedgerTable
+from scanner.location_runs import LocationRuns
+from scanner.metadata.store import LedgerRead
+from scanner.storage.bookie import BookieStorage, EntryLogFile
+from scanner.storage.dbstorage import DbIndexError
+from scanner.storage.entry import DigestVerifier
+from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog
+from scanner.storage.indexfile import IndexFileError
+from scanner.storage.journal import pending_entries
+
+log = logging.getLogger(__name__)
+
+METADATA_BATCH = 500  # ledgers whose metadata is read in one pipelined round
+BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metadata is read
+
+
+@dataclass
+class PassTotals:
+    ledgers_checked: int = 0
+    entry_logs_scanned: int = 0
+    entries_verified: int = 0
+    bytes_scanned: int = 0
+    journaled: int = 0  # entries the index lacked that the journal holds unflushed (not missing)
+
+
+@dataclass
+class _Orphan:
+    indexed: int | None = None
+    unreadable: int = 0
+    logs: set[int] = field(default_factory=set)
+
+
+class _Recording:
+    """A digest verifier that also notes which entries of its ledger the walk met (for an unindexed ledger)."""
+
+    __slots__ = ("_verifier", "entries", "logs", "digest_type", "min_length")
+
+    def __init__(self, verifier: DigestVerifier | None):
+        self._verifier = verifier
+        self.entries: set[int] = set()
+        self.logs: set[int] = set()
+        self.digest_type = verifier.digest_type if verifier else None
+        self.min_length = verifier.min_length if verifier else 0
+
+    def verify(self, entry: memoryview) -> bool:
+        self.entries.add(int.from_bytes(entry[8:16], "big"))
+        return self._verifier is None or self._verifier.verify(entry)
+
+
+class BookiePass:
+    """One full pass; ``run`` does it all, the steps are public for callers that pace or stop between them."""
+
+    def __init__(self, storage: BookieStorage, store, bookie_id: str, scratch: Path | None,
+                 reopen: Callable[[], BookieStorage], pacer: Pacer | None = None):
+        self.storage = storage
+        self.store = store
+        self.bookie_id = bookie_id
+        self.reopen = reopen  # a fresh view of the bookie's index (a RocksDB view is a snapshot)
+        self.pacer = pacer or Unpaced()
+        self.totals = PassTotals()
+        self.table = LedgerTable()
+        self.runs = LocationRuns(scratch)
+        self.undecodable: set[int] = set()
+        self._orphans: dict[int, _Orphan] = defaultdict(_Orphan)
+        self._absent: set[int] = set()  # ledgers met in the logs that the metadata does not have
+        self._unindexed: dict[int, _Recording] = {}  # placed on this bookie by the metadata, not in the index
+        self._recheck: set[int] = set()  # ledgers with index findings, judged again on fresh reads
+        self._suspect_records: dict[int, list[RecordFault]] = defaultdict(list)
+        self._log_problems: list[tuple[EntryLogFile, list, bool]] = []
+        self.index_problem: str | None = None  # why the index stopped reading part-way, if it did
+
+    def close(self) -> None:
+        self.runs.close()
+
+    def __enter__(self) -> "BookiePass":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self, log_files: list[EntryLogFile], progress=None) -> list[Finding]:
+        self.read_index()
+        self.read_cluster()
+        if progress:
+            progress.start("entry logs", sum(_size(f.path) for f in log_files), "B")
+        for log_file in log_files:
+            self.walk(log_file, progress=progress)
+        self.walk_remainder({f.entry_log_id for f in log_files})
+        findings = self.confirm()
+        if progress:
+            progress.finish()
+        return findings
+
+    # -- 1. the index -------------------------------------------------------------------------
+
+    def read_index(self) -> None:
+        index = self.storage.indexed_ledgers()
+        try:
+            while batch := _next_batch(index):
+                reads = self.store.ledger_batch([ledger_id for ledger_id, _, _ in batch])
+                for (_, entry_ids, raw_locations), read in zip(batch, reads):
+                    self._index_ledger(read, entry_ids, raw_locations)
+        except DbIndexError as error:
+            # The index stops reading part-way: every ledger it would have listed is judged on its own.
+            log.warning("%s", error)
+            self.index_problem = str(error)
+        self.runs.finish()
+        self.table.freeze()
+
+    def _index_ledger(self, read: LedgerRead, entry_ids, raw_locations) -> None:
+        ledger_id = read.ledger_id
+        self.totals.ledgers_checked += 1
+        if read.error is not None:
+            self._undecodable(ledger_id, read.error)
+            return
+        if entry_ids is None:  # the ledger's own index does not read: judged by the confirmation
+            self._recheck.add(ledger_id)
+            if read.meta is not None:
+                self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
+            return
+        self.pacer.take_entries(len(entry_ids))
+        self.runs.add(ledger_id, entry_ids, raw_locations)
+        if read.meta is None:
+            self._orphans[ledger_id].indexed = len(entry_ids)
+            return
+        self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
+        evidence = LedgerEvidence(ledger_id, entry_ids)
+        if any(not f.category.informational for f in judge_ledger(read.meta, self.bookie_id, evidence)):
+            self._recheck.add(ledger_id)
+
+    # -- 2. the cluster -----------------------------------------------------------------------
+
+    def read_cluster(self) -> None:
+        """Ledgers the metadata places on this bookie that the index does not have (condition 1)."""
+        ids = (i for i in self.store.ledger_ids()
+               if i not in self.table and i not in self._orphans and i not in self._recheck)
+        while batch := list(islice(ids, METADATA_BATCH)):
+            for read in self.store.ledger_batch(batch):
+                if read.error is not None:
+                    self._undecodable(read.ledger_id, read.error)
+                elif read.meta is not None and judge_ledger(read.meta, self.bookie_id,
+                                                            LedgerEvidence(read.ledger_id, None)):
+                    verifier = None
+                    if read.meta.digest_type is not None:
+                        verifier = DigestVerifier(read.meta.digest_type, read.meta.password or b"")
+                    self._unindexed[read.ledger_id] = _Recording(verifier)
+                    self.totals.ledgers_checked += 1
+
+    # -- 3. the walk --------------------------------------------------------------------------
+
+    def walk(self, log_file: EntryLogFile, start: int | None = None,
+             checkpoint: Callable[[int], bool] | None = None, progress=None) -> bool:
+        """Walk one entry log from ``start`` (a record boundary); False if ``checkpoint`` stopped it there."""
+        try:
+            entry_log = EntryLog(log_file.path, log_file.entry_log_id)
+        except MissingEntryLog:
+            return True  # gone since it was listed: its indexed entries are confirmed by walk_remainder
+        except EntryLogError as error:
+            self._log_problems.append((log_file, [error], False))
+            return True
+        with entry_log:
+            self.totals.entry_logs_scanned += 1
+            first = start if start is not None else (entry_log.header.data_start if entry_log.header else 0)
+            windows = self.runs.windows(log_file.entry_log_id, first)
+            reached = first
+
+            def pace(n: int) -> None:
+                nonlocal reached
+                self.pacer.take_bytes(n)
+                reached += n
+                if progress:
+                    progress.advance(n)
+                if checkpoint is not None and checkpoint(reached):
+                    raise _Stopped
+
+            try:
+                for failure in entry_log.verify_records(self._verifier_for, start=start, pace=pace,
+                                                        expected=windows):
+                    if failure.indexed:
+                        self._suspect_records[failure.ledger_id].append(RecordFault(
+                            failure.entry_id, log_file.entry_log_id, failure.pos, False, failure.reason))
+            except _Stopped:
+                self._count(entry_log)
+                return False
+            self._count(entry_log)
+            for fault in entry_log.index_faults:
+                self._suspect_records[fault.ledger_id].append(RecordFault(
+                    fault.entry_id, log_file.entry_log_id, fault.pos, fault.lost, fault.reason))
+            problems = list(entry_log.problems)
+            if start is None and entry_log.valid_end is not None:
+                problems += self._ledgers_map_problems(entry_log)
+            for ledger_id in entry_log.stats.ledger_bytes:
+                if ledger_id in self._absent:
+                    self._orphans[ledger_id].logs.add(log_file.entry_log_id)
+                recording = self._unindexed.get(ledger_id)
+                if recording is not None:
+                    recording.logs.add(log_file.entry_log_id)
+            if problems:
+                self._log_problems.append((log_file, problems, self._is_active(log_file, entry_log)))
+        if progress and entry_log.size > reached:
+            progress.advance(entry_log.size - reached)
+        return True
+
+    def _count(self, entry_log: EntryLog) -> None:
+        self.totals.entries_verified += entry_log.stats.entries_verified
+        self.totals.bytes_scanned += entry_log.stats.bytes_scanned
+
+    def _ledgers_map_problems(self, entry_log: EntryLog) -> list[EntryLogError]:
+        """The map BookKeeper's garbage collector trusts, against what the walk of the whole log saw."""
+        listed = entry_log.ledgers_map()
+        if listed is None:
+            return []
+        seen = entry_log.stats.ledger_bytes
+        wrong = sorted(set(listed.items()) ^ set(seen.items()))
+        if not wrong:
+            return []
+        details = []
+        for ledger_id in sorted({ledger_id for ledger_id, _ in wrong})[:5]:
+            details.append(f"ledger {ledger_id}: map {listed.get(ledger_id, 'absent')}, "
+                           f"records {seen.get(ledger_id, 'absent')}")
+        return [EntryLogError(entry_log.path, entry_log.entry_log_id, entry_log.header.ledgers_map_offset,
+                              "the ledgers map disagrees with the records (bytes per ledger): " + "; ".join(details))]
+
+    def walk_remainder(self, walked: set[int]) -> None:
+        """Indexed entries in logs that were not walked (deleted or created since the listing): confirm each."""
+        for entry_log_id in self.runs.entry_log_ids():
+            if entry_log_id in walked:
+                continue
+            for window in self.runs.windows(entry_log_id):
+                for pos, ledger_id, entry_id in zip(window.pos, window.ledger_ids, window.entry_ids):
+                    self._suspect_records[ledger_id].append(RecordFault(
+                        entry_id, entry_log_id, pos, True, f"entry log {entry_log_id} was not there to walk"))
+
+    def _verifier_for(self, ledger_id: int):
+        if ledger_id in self.table:
+            return self.table.verifier(ledger_id)
+        recording = self._unindexed.get(ledger_id)
+        if recording is not None:
+            return recording
+        if ledger_id in self._absent or ledger_id in self.undecodable:
+            return None
+        read = self.store.ledger_batch([ledger_id])[0]  # a ledger only the logs know: deleted, mostly
+        if read.error is not None:
+            self._undecodable(ledger_id, read.error)
+        elif read.meta is None:
+            self._absent.add(ledger_id)
+        elif read.meta.digest_type is not None:
+            return DigestVerifier(read.meta.digest_type, read.meta.password or b"")
+        return None
+
+    # -- 4. confirmation ----------------------------------------------------------------------
+
+    def confirm(self) -> list[Finding]:
+        """Every candidate judged again on the bookie's files and the metadata as they are now."""
+        findings: list[Finding] = []
+        ledgers = sorted(self._recheck | set(self._suspect_records) | set(self._unindexed))
+        # The journal first, the index after: an entry flushed in between is then found in the index.
+        pending = pending_entries(self.storage.layout, self._recheck | set(self._unindexed))
+        with self.reopen() as fresh, BookieScanner(fresh, self.store, self.bookie_id) as scanner:
+            for start in range(0, len(ledgers), METADATA_BATCH):
+                for read in self.store.ledger_batch(ledgers[start:start + METADATA_BATCH]):
+                    findings.extend(self._confirm_ledger(scanner, read, pending))
+            lost_in = {f.entry_log for f in findings if f.category is Category.LOST_ENTRY}
+            findings.extend(self._log_findings(lost_in))
+        findings.extend(self._orphan_findings())
+        return findings
+
+    def _confirm_ledger(self, scanner: BookieScanner, read: LedgerRead,
+                        pending: set[tuple[int, int]]) -> list[Finding]:
+        ledger_id = read.ledger_id
+        if read.error is not None:
+            self._undecodable(ledger_id, read.error)
+            return []
+        if read.meta is None:
+            orphan = self._orphans.get(ledger_id)
+            if orphan is not None:
+                orphan.unreadable = sum(1 for f in self._suspect_records.get(ledger_id, ()) if f.lost)
+            return []  # deleted: its leftovers are garbage collection's
+        findings = []
+        if ledger_id in self._recheck or ledger_id in self._unindexed:
+            # Conditions 1 and 2 on the index as it is now, plus what the journal holds unflushed.
+            evidence = scanner.ledger_evidence(ledger_id, None)
+            journaled = [e for l, e in pending if l == ledger_id]
+            if journaled:
+                self.totals.journaled += len(journaled)
+                indexed = sorted(set(evidence.indexed or ()) | set(journaled))
+                evidence = dataclasses.replace(evidence, indexed=indexed, index_problem=None)
+            recording = self._unindexed.get(ledger_id)
+            if recording is not None and evidence.indexed is None:
+                evidence = dataclasses.replace(evidence, logged_entries=sorted(recording.entries),
+                                               logged_in=tuple(sorted(recording.logs)))
+            findings.extend(judge_ledger(read.meta, self.bookie_id, evidence))
+        faults = self._still_faulty(scanner, ledger_id)
+        if faults:
+            seen = {e for f in findings if f.category in (Category.LOST_ENTRY, Category.CORRUPT_ENTRY)
+                    for first, last in f.entries or () for e in range(first, last + 1)}
+            faults = tuple(f for f in faults if f.entry_id not in seen)
+            findings.extend(judge_record_faults(read.meta, self.bookie_id, ledger_id, faults))
+        return findings
+
+    def _still_faulty(self, scanner: BookieScanner, ledger_id: int) -> tuple[RecordFault, ...]:
+        """The walk's faults of the ledger that the index, read now, still points at and that still fail."""
+        faults = self._suspect_records.get(ledger_id)
+        if not faults:
+            return ()
+        wanted = {f.entry_id for f in faults}
+        try:
+            current = {e: loc for e, loc in scanner.storage.locations(ledger_id) if e in wanted}
+        except (IndexFileError, DbIndexError, FileNotFoundError):
+            return ()  # the index itself is the problem now: the ledger's own check reports that
+        verifier = self.table.verifier(ledger_id) or scanner.verifier_for(ledger_id)
+        confirmed = []
+        for fault in faults:
+            location = current.get(fault.entry_id)
+            if location is None:
+                continue  # no longer indexed: the ledger check says whether it is missing
+            again = scanner.check_record(ledger_id, fault.entry_id, location, verifier)
+            if again is not None:  # a digest failure keeps the walk's words; a lost record the precise reason
+                confirmed.append(fault if not (fault.lost or again.lost) else again)
+        return tuple(confirmed)
+
+    def _log_findings(self, lost_in: set[int | None]) -> list[Finding]:
+        findings = []
+        for log_file, problems, active in self._log_problems:
+            # The torn tail of the log being written is no damage, unless the index points past the cut.
+            findings.extend(judge_entry_log(log_file.entry_log_id, problems,
+                                            active and log_file.entry_log_id not in lost_in))
+        return findings
+
+    def _orphan_findings(self) -> list[Finding]:
+        findings = []
+        for ledger_id in sorted(self._orphans):
+            orphan = self._orphans[ledger_id]
+            finding = orphan_finding(ledger_id, orphan.indexed, orphan.unreadable, orphan.logs)
+            if finding is not None:
+                findings.append(finding)
+        return findings
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _undecodable(self, ledger_id: int, error: Exception) -> None:
+        if ledger_id not in self.undecodable:
+            log.warning("ledger %d not judged: %s", ledger_id, error)
+            self.undecodable.add(ledger_id)
+
+    def _is_active(self, log_file: EntryLogFile, entry_log: EntryLog) -> bool:
+        """The log the bookie may still be appending to: no ledgers map, and the newest such log of its dir."""
+        if entry_log.header is not None and entry_log.header.ledgers_map_offset > 0:
+            return False
+        same_dir = [f.entry_log_id for f in self.storage.entry_logs()
+                    if f.ledger_dir_index == log_file.ledger_dir_index and _size(f.path) > 0]
+        return not same_dir or log_file.entry_log_id >= max(same_dir)
+
+
+class _Stopped(Exception):
+    """Raised from the pace callback to end a walk at a record boundary."""
+
+
+def _next_batch(index: Iterator) -> list:
+    """Up to METADATA_BATCH ledgers (and about BATCH_ENTRIES entries) from the index."""
+    batch, entries = [], 0
+    for item in index:
+        batch.append(item)
+        entries += 0 if item[1] is None else len(item[1])
+        if len(batch) >= METADATA_BATCH or entries >= BATCH_ENTRIES:
+            break
+    return batch
+
+
+def _size(path) -> int:
+    import os
+
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
