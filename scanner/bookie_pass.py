@@ -17,6 +17,7 @@ and what is damaged; not a metadata object per ledger nor anything per entry.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 from collections import defaultdict
@@ -155,6 +156,8 @@ class BookiePass:
             self._orphans[ledger_id].indexed = len(entry_ids)
             return
         self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
+        if _holds_every_entry(read.meta, self.bookie_id, entry_ids):
+            return
         evidence = LedgerEvidence(ledger_id, entry_ids)
         if any(not f.category.informational for f in judge_ledger(read.meta, self.bookie_id, evidence)):
             self._recheck.add(ledger_id)
@@ -385,6 +388,23 @@ class BookiePass:
 
 class _Stopped(Exception):
     """Raised from the pace callback to end a walk at a record boundary."""
+
+
+def _holds_every_entry(meta, bookie_id: str, entry_ids) -> bool:
+    """True when, by counting alone, the index lists every entry the write sets give this bookie.
+
+    Exact for fragments whose write quorum is the whole ensemble (every entry is on every bookie);
+    False (judge entry by entry) as soon as a fragment stripes.
+    """
+    for fragment in meta.fragments():
+        if fragment.bookie_index(bookie_id) is None or fragment.last_entry_id is None:
+            continue
+        if fragment.write_quorum != fragment.ensemble_size:
+            return False
+        first, last = fragment.first_entry_id, fragment.last_entry_id
+        if bisect.bisect_right(entry_ids, last) - bisect.bisect_left(entry_ids, first) != last - first + 1:
+            return False
+    return True
 
 
 def _next_batch(index: Iterator) -> list:

@@ -22,7 +22,7 @@ from typing import Iterator
 from scanner.storage.entrylog import ExpectedRecords
 from scanner.storage.location import uint64_array
 
-RUN_ENTRIES = 1 << 20  # locations sorted in memory at once: 24 MiB of arrays
+RUN_ENTRIES = 1 << 18  # locations sorted in memory at once: 6 MiB of arrays
 WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk
 _POS_MASK = 0xFFFFFFFF
 
