@@ -1,18 +1,22 @@
-"""A full pass over one bookie: the index read once in its order, every entry log read once front to back.
+"""A full pass over one bookie (or one of its ledger dirs): the index read once in its order, every entry log
+read once front to back.
 
 1. The index: for each ledger (metadata read in pipelined batches), conditions 1 and 2 from its
    entry list; its digest type and key go to a compact table, its locations to sorted runs.
 2. The cluster: ledgers the metadata places on this bookie that the index lacks (condition 1).
 3. The walk: each entry log once, every digest verified, every location the index holds matched
-   against the record the walk finds there (condition 3 and the index-to-record check as a join).
-4. Confirmation: nothing leaves the pass on the word of a snapshot. What the walk or the index
-   showed is read again from the bookie's files and the metadata as they are now (a fresh index,
-   the record at the location it names, the ledger's metadata): a race with a write, a flush,
-   garbage collection or compaction is never a finding. An entry the index lacks but the bookie's
-   journal holds after its last mark is acknowledged and not yet flushed, not missing.
+   against the record the walk finds there (condition 3 and the index-to-record check as a join),
+   every finished log's ledgers map checked against what the walk saw.
+4. Confirmation: nothing leaves the pass on the word of a snapshot. What the index or the walk
+   showed is read again from the bookie's files and the metadata as they are now (the journal
+   since the last mark, a fresh index, the record at the location it names, the ledger's
+   metadata): a race with a write, a flush, garbage collection or compaction is never a finding.
+   An entry the index lacks but the journal holds after the bookie's last mark is acknowledged and
+   not yet flushed, not missing.
 
-Memory holds one batch of ledgers, one sorted run or one window of locations, the compact table,
-and what is damaged; not a metadata object per ledger nor anything per entry.
+The steps are public so the agent can pace, checkpoint and resume between them. Memory holds one
+batch of ledgers, one sorted run or one window of locations, the compact table and what is
+damaged: no metadata object per ledger, nothing per entry.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import islice
@@ -36,8 +41,7 @@ from scanner.metadata.store import LedgerRead
 from scanner.storage.bookie import BookieStorage, EntryLogFile
 from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entry import DigestVerifier
-from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog
-from scanner.storage.indexfile import IndexFileError
+from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog, TruncatedRecord
 from scanner.storage.journal import pending_entries
 
 log = logging.getLogger(__name__)
@@ -79,27 +83,39 @@ class _Recording:
         return self._verifier is None or self._verifier.verify(entry)
 
 
+class Stopped(Exception):
+    """A walk ended early at the caller's request (its ``checkpoint`` said so)."""
+
+
 class BookiePass:
-    """One full pass; ``run`` does it all, the steps are public for callers that pace or stop between them."""
+    """One full pass over what ``dir_index`` owns (None: the whole bookie).
+
+    A ledger dir owns the ledgers ``L mod dirs == dir_index`` (as DbLedgerStorage places them; for
+    `.idx` storage it is just a fair split) for conditions 1 and 2, and the entry logs in it.
+    """
 
     def __init__(self, storage: BookieStorage, store, bookie_id: str, scratch: Path | None,
-                 reopen: Callable[[], BookieStorage], pacer: Pacer | None = None):
+                 reopen: Callable[[], BookieStorage], pacer: Pacer | None = None, dir_index: int | None = None):
         self.storage = storage
         self.store = store
         self.bookie_id = bookie_id
         self.reopen = reopen  # a fresh view of the bookie's index (a RocksDB view is a snapshot)
         self.pacer = pacer or Unpaced()
+        self.dir_index = dir_index
+        self.dir_count = len(storage.layout.ledger_dirs)
         self.totals = PassTotals()
         self.table = LedgerTable()
         self.runs = LocationRuns(scratch)
         self.undecodable: set[int] = set()
+        self.index_problem: str | None = None  # why the index stopped reading part-way, if it did
+        self.log_files = self._own_logs()  # the logs of this pass, listed once, id order
+        self._own_log_ids = {f.entry_log_id for f in self.log_files}
         self._orphans: dict[int, _Orphan] = defaultdict(_Orphan)
         self._absent: set[int] = set()  # ledgers met in the logs that the metadata does not have
         self._unindexed: dict[int, _Recording] = {}  # placed on this bookie by the metadata, not in the index
+        self._unlisted: dict[int, DigestVerifier | None] = {}  # ledgers only the logs named, read once
         self._recheck: set[int] = set()  # ledgers with index findings, judged again on fresh reads
-        self._suspect_records: dict[int, list[RecordFault]] = defaultdict(list)
-        self._log_problems: list[tuple[EntryLogFile, list, bool]] = []
-        self.index_problem: str | None = None  # why the index stopped reading part-way, if it did
+        self._reported: dict[int, set[int]] = defaultdict(set)  # entries already in a finding, per ledger
 
     def close(self) -> None:
         self.runs.close()
@@ -110,23 +126,30 @@ class BookiePass:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def run(self, log_files: list[EntryLogFile], progress=None) -> list[Finding]:
+    def run(self, progress=None) -> list[Finding]:
+        """The whole pass at once (the ``scan`` command)."""
         self.read_index()
         self.read_cluster()
+        findings = self.judge_index()
         if progress:
-            progress.start("entry logs", sum(_size(f.path) for f in log_files), "B")
-        for log_file in log_files:
-            self.walk(log_file, progress=progress)
-        self.walk_remainder({f.entry_log_id for f in log_files})
-        findings = self.confirm()
+            progress.start("entry logs", sum(_size(f.path) for f in self.log_files), "B")
+        for log_file in self.log_files:
+            findings.extend(self.walk(log_file, progress=progress))
+        findings.extend(self.finish({f.entry_log_id for f in self.log_files}))
         if progress:
             progress.finish()
         return findings
 
+    def owns_ledger(self, ledger_id: int) -> bool:
+        return self.dir_index is None or ledger_id % self.dir_count == self.dir_index
+
+    def _own_logs(self) -> list[EntryLogFile]:
+        return [f for f in self.storage.entry_logs() if self.dir_index is None or f.ledger_dir_index == self.dir_index]
+
     # -- 1. the index -------------------------------------------------------------------------
 
     def read_index(self) -> None:
-        index = self.storage.indexed_ledgers()
+        index = self.storage.indexed_ledgers(self.dir_index)
         try:
             while batch := _next_batch(index):
                 reads = self.store.ledger_batch([ledger_id for ledger_id, _, _ in batch])
@@ -141,33 +164,48 @@ class BookiePass:
 
     def _index_ledger(self, read: LedgerRead, entry_ids, raw_locations) -> None:
         ledger_id = read.ledger_id
-        self.totals.ledgers_checked += 1
+        owned = self.owns_ledger(ledger_id)
+        if owned:
+            self.totals.ledgers_checked += 1
         if read.error is not None:
-            self._undecodable(ledger_id, read.error)
+            if owned:
+                self._undecodable(ledger_id, read.error)
             return
         if entry_ids is None:  # the ledger's own index does not read: judged by the confirmation
-            self._recheck.add(ledger_id)
-            if read.meta is not None:
-                self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
+            if owned:
+                self._recheck.add(ledger_id)
             return
         self.pacer.take_entries(len(entry_ids))
+        if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
+            entry_ids, raw_locations = self._into_own_logs(entry_ids, raw_locations)
         self.runs.add(ledger_id, entry_ids, raw_locations)
         if read.meta is None:
-            self._orphans[ledger_id].indexed = len(entry_ids)
+            if owned:
+                self._orphans[ledger_id].indexed = len(entry_ids)
             return
         self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
-        if _holds_every_entry(read.meta, self.bookie_id, entry_ids):
+        if not owned or _holds_every_entry(read.meta, self.bookie_id, entry_ids):
             return
         evidence = LedgerEvidence(ledger_id, entry_ids)
         if any(not f.category.informational for f in judge_ledger(read.meta, self.bookie_id, evidence)):
             self._recheck.add(ledger_id)
+
+    def _into_own_logs(self, entry_ids, raw_locations):
+        # `.idx` storage spreads one id space of logs over all ledger dirs: keep the locations into ours.
+        from array import array
+
+        keep = [i for i, raw in enumerate(raw_locations) if raw >> 32 in self._own_log_ids]
+        if len(keep) == len(raw_locations):
+            return entry_ids, raw_locations
+        return array("Q", (entry_ids[i] for i in keep)), array("Q", (raw_locations[i] for i in keep))
 
     # -- 2. the cluster -----------------------------------------------------------------------
 
     def read_cluster(self) -> None:
         """Ledgers the metadata places on this bookie that the index does not have (condition 1)."""
         ids = (i for i in self.store.ledger_ids()
-               if i not in self.table and i not in self._orphans and i not in self._recheck)
+               if self.owns_ledger(i) and i not in self.table and i not in self._orphans and i not in self._recheck
+               and i not in self.undecodable)
         while batch := list(islice(ids, METADATA_BATCH)):
             for read in self.store.ledger_batch(batch):
                 if read.error is not None:
@@ -180,23 +218,56 @@ class BookiePass:
                     self._unindexed[read.ledger_id] = _Recording(verifier)
                     self.totals.ledgers_checked += 1
 
+    def judge_index(self) -> list[Finding]:
+        """Conditions 1 and 2 for the ledgers whose index the index step found short, confirmed now."""
+        ledgers = sorted(self._recheck)
+        self._recheck.clear()
+        return self._confirm(ledgers, {}, with_index=set(ledgers))
+
     # -- 3. the walk --------------------------------------------------------------------------
 
     def walk(self, log_file: EntryLogFile, start: int | None = None,
-             checkpoint: Callable[[int], bool] | None = None, progress=None) -> bool:
-        """Walk one entry log from ``start`` (a record boundary); False if ``checkpoint`` stopped it there."""
+             checkpoint: Callable[[int, list[Finding]], bool] | None = None, progress=None) -> list[Finding]:
+        """Walk one entry log from ``start`` (a record boundary; None: its first record) to its end.
+
+        About every MiB, ``checkpoint(offset, findings)`` gets the record boundary reached and the
+        confirmed findings about everything before it; when it returns True the walk raises
+        :class:`Stopped` there. Returns the findings after the last checkpoint.
+        """
         try:
             entry_log = EntryLog(log_file.path, log_file.entry_log_id)
         except MissingEntryLog:
-            return True  # gone since it was listed: its indexed entries are confirmed by walk_remainder
+            return []  # gone since it was listed: its indexed entries are confirmed by ``finish``
         except EntryLogError as error:
-            self._log_problems.append((log_file, [error], False))
-            return True
+            return judge_entry_log(log_file.entry_log_id, [error], False)
+        self._own_log_ids.add(log_file.entry_log_id)
         with entry_log:
             self.totals.entry_logs_scanned += 1
             first = start if start is not None else (entry_log.header.data_start if entry_log.header else 0)
-            windows = self.runs.windows(log_file.entry_log_id, first)
+            faults: dict[int, list[RecordFault]] = defaultdict(list)
+            drained = judged = 0
             reached = first
+
+            def settle_so_far(final: bool) -> list[Finding]:
+                nonlocal drained, judged
+                for fault in entry_log.index_faults[drained:]:
+                    faults[fault.ledger_id].append(RecordFault(
+                        fault.entry_id, log_file.entry_log_id, fault.pos, fault.lost, fault.reason))
+                drained = len(entry_log.index_faults)
+                found = self._confirm(sorted(faults), faults) if faults else []
+                faults.clear()
+                problems = entry_log.problems[judged:]
+                judged = len(entry_log.problems)
+                if final and start is None and entry_log.valid_end is not None:
+                    problems = problems + self._ledgers_map_problems(entry_log)
+                if problems:
+                    lost_here = any(f.category is Category.LOST_ENTRY and f.entry_log == log_file.entry_log_id
+                                    for f in found)
+                    active = not lost_here and self._is_active(log_file, entry_log)
+                    if not final:  # a torn tail is only ever the end of the walk
+                        problems = [p for p in problems if not isinstance(p, TruncatedRecord)]
+                    found += judge_entry_log(log_file.entry_log_id, problems, active)
+                return found
 
             def pace(n: int) -> None:
                 nonlocal reached
@@ -204,40 +275,28 @@ class BookiePass:
                 reached += n
                 if progress:
                     progress.advance(n)
-                if checkpoint is not None and checkpoint(reached):
-                    raise _Stopped
+                if checkpoint is not None and checkpoint(reached, settle_so_far(False)):
+                    raise Stopped
 
             try:
                 for failure in entry_log.verify_records(self._verifier_for, start=start, pace=pace,
-                                                        expected=windows):
+                                                        expected=self.runs.windows(log_file.entry_log_id, first)):
                     if failure.indexed:
-                        self._suspect_records[failure.ledger_id].append(RecordFault(
+                        faults[failure.ledger_id].append(RecordFault(
                             failure.entry_id, log_file.entry_log_id, failure.pos, False, failure.reason))
-            except _Stopped:
-                self._count(entry_log)
-                return False
-            self._count(entry_log)
-            for fault in entry_log.index_faults:
-                self._suspect_records[fault.ledger_id].append(RecordFault(
-                    fault.entry_id, log_file.entry_log_id, fault.pos, fault.lost, fault.reason))
-            problems = list(entry_log.problems)
-            if start is None and entry_log.valid_end is not None:
-                problems += self._ledgers_map_problems(entry_log)
+            finally:
+                self.totals.entries_verified += entry_log.stats.entries_verified
+                self.totals.bytes_scanned += entry_log.stats.bytes_scanned
             for ledger_id in entry_log.stats.ledger_bytes:
-                if ledger_id in self._absent:
+                if ledger_id in self._absent and self.owns_ledger(ledger_id):
                     self._orphans[ledger_id].logs.add(log_file.entry_log_id)
                 recording = self._unindexed.get(ledger_id)
                 if recording is not None:
                     recording.logs.add(log_file.entry_log_id)
-            if problems:
-                self._log_problems.append((log_file, problems, self._is_active(log_file, entry_log)))
+            found = settle_so_far(True)
         if progress and entry_log.size > reached:
             progress.advance(entry_log.size - reached)
-        return True
-
-    def _count(self, entry_log: EntryLog) -> None:
-        self.totals.entries_verified += entry_log.stats.entries_verified
-        self.totals.bytes_scanned += entry_log.stats.bytes_scanned
+        return found
 
     def _ledgers_map_problems(self, entry_log: EntryLog) -> list[EntryLogError]:
         """The map BookKeeper's garbage collector trusts, against what the walk of the whole log saw."""
@@ -245,25 +304,15 @@ class BookiePass:
         if listed is None:
             return []
         seen = entry_log.stats.ledger_bytes
-        wrong = sorted(set(listed.items()) ^ set(seen.items()))
+        wrong = sorted({ledger_id for ledger_id, _ in set(listed.items()) ^ set(seen.items())})
         if not wrong:
             return []
-        details = []
-        for ledger_id in sorted({ledger_id for ledger_id, _ in wrong})[:5]:
-            details.append(f"ledger {ledger_id}: map {listed.get(ledger_id, 'absent')}, "
-                           f"records {seen.get(ledger_id, 'absent')}")
+        details = [f"ledger {ledger_id}: map {listed.get(ledger_id, 'absent')}, records {seen.get(ledger_id, 'absent')}"
+                   for ledger_id in wrong[:5]]
+        more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""
         return [EntryLogError(entry_log.path, entry_log.entry_log_id, entry_log.header.ledgers_map_offset,
-                              "the ledgers map disagrees with the records (bytes per ledger): " + "; ".join(details))]
-
-    def walk_remainder(self, walked: set[int]) -> None:
-        """Indexed entries in logs that were not walked (deleted or created since the listing): confirm each."""
-        for entry_log_id in self.runs.entry_log_ids():
-            if entry_log_id in walked:
-                continue
-            for window in self.runs.windows(entry_log_id):
-                for pos, ledger_id, entry_id in zip(window.pos, window.ledger_ids, window.entry_ids):
-                    self._suspect_records[ledger_id].append(RecordFault(
-                        entry_id, entry_log_id, pos, True, f"entry log {entry_log_id} was not there to walk"))
+                              "the ledgers map disagrees with the records (bytes per ledger): "
+                              + "; ".join(details) + more)]
 
     def _verifier_for(self, ledger_id: int):
         if ledger_id in self.table:
@@ -271,50 +320,78 @@ class BookiePass:
         recording = self._unindexed.get(ledger_id)
         if recording is not None:
             return recording
+        if ledger_id in self._unlisted:
+            return self._unlisted[ledger_id]
         if ledger_id in self._absent or ledger_id in self.undecodable:
             return None
-        read = self.store.ledger_batch([ledger_id])[0]  # a ledger only the logs know: deleted, mostly
+        read = self.store.ledger_batch([ledger_id])[0]  # a ledger the index does not list: deleted, mostly
+        verifier = None
         if read.error is not None:
             self._undecodable(ledger_id, read.error)
         elif read.meta is None:
             self._absent.add(ledger_id)
-        elif read.meta.digest_type is not None:
-            return DigestVerifier(read.meta.digest_type, read.meta.password or b"")
-        return None
+        else:
+            if read.meta.digest_type is not None:
+                verifier = DigestVerifier(read.meta.digest_type, read.meta.password or b"")
+            self._unlisted[ledger_id] = verifier
+        return verifier
 
-    # -- 4. confirmation ----------------------------------------------------------------------
+    # -- 4. the end of the pass ---------------------------------------------------------------
 
-    def confirm(self) -> list[Finding]:
-        """Every candidate judged again on the bookie's files and the metadata as they are now."""
+    def finish(self, walked: set[int]) -> list[Finding]:
+        """What only the whole pass can tell: indexed entries in logs not walked (deleted or created since the
+        listing), ledgers the index lacks (with the entry logs that still hold their records), orphans."""
+        faults: dict[int, list[RecordFault]] = defaultdict(list)
+        for entry_log_id in self.runs.entry_log_ids():
+            if entry_log_id in walked:
+                continue
+            for window in self.runs.windows(entry_log_id):
+                for pos, ledger_id, entry_id in zip(window.pos, window.ledger_ids, window.entry_ids):
+                    faults[ledger_id].append(RecordFault(
+                        entry_id, entry_log_id, pos, True, f"entry log {entry_log_id} was not there to walk"))
+        findings = self._confirm(sorted(set(faults) | set(self._unindexed)), faults, with_index=set(self._unindexed))
+        for ledger_id in sorted(self._orphans):
+            orphan = self._orphans[ledger_id]
+            finding = orphan_finding(ledger_id, orphan.indexed, orphan.unreadable, orphan.logs)
+            if finding is not None:
+                findings.append(finding)
+        return findings
+
+    # -- confirmation -------------------------------------------------------------------------
+
+    def _confirm(self, ledgers: list[int], faults: dict[int, list[RecordFault]],
+                 with_index: set[int] = frozenset()) -> list[Finding]:
+        """Judge ``ledgers`` again on the journal, a fresh index and the metadata as they are now.
+
+        ``with_index``: ledgers whose conditions 1 and 2 are judged (on the index read now);
+        ``faults``: records the walk found wrong, each re-read where the index points now.
+        """
+        if not ledgers:
+            return []
         findings: list[Finding] = []
-        ledgers = sorted(self._recheck | set(self._suspect_records) | set(self._unindexed))
         # The journal first, the index after: an entry flushed in between is then found in the index.
-        pending = pending_entries(self.storage.layout, self._recheck | set(self._unindexed))
+        pending = pending_entries(self.storage.layout, with_index) if with_index else set()
         with self.reopen() as fresh, BookieScanner(fresh, self.store, self.bookie_id) as scanner:
             for start in range(0, len(ledgers), METADATA_BATCH):
                 for read in self.store.ledger_batch(ledgers[start:start + METADATA_BATCH]):
-                    findings.extend(self._confirm_ledger(scanner, read, pending))
-            lost_in = {f.entry_log for f in findings if f.category is Category.LOST_ENTRY}
-            findings.extend(self._log_findings(lost_in))
-        findings.extend(self._orphan_findings())
+                    findings.extend(self._confirm_ledger(scanner, read, faults.get(read.ledger_id, ()),
+                                                         read.ledger_id in with_index, pending))
         return findings
 
-    def _confirm_ledger(self, scanner: BookieScanner, read: LedgerRead,
+    def _confirm_ledger(self, scanner: BookieScanner, read: LedgerRead, faults, with_index: bool,
                         pending: set[tuple[int, int]]) -> list[Finding]:
         ledger_id = read.ledger_id
         if read.error is not None:
             self._undecodable(ledger_id, read.error)
             return []
         if read.meta is None:
-            orphan = self._orphans.get(ledger_id)
-            if orphan is not None:
-                orphan.unreadable = sum(1 for f in self._suspect_records.get(ledger_id, ()) if f.lost)
+            if ledger_id in self._orphans:
+                self._orphans[ledger_id].unreadable += sum(1 for f in faults if f.lost)
             return []  # deleted: its leftovers are garbage collection's
         findings = []
-        if ledger_id in self._recheck or ledger_id in self._unindexed:
-            # Conditions 1 and 2 on the index as it is now, plus what the journal holds unflushed.
+        if with_index:
             evidence = scanner.ledger_evidence(ledger_id, None)
-            journaled = [e for l, e in pending if l == ledger_id]
+            journaled = [e for ledger, e in pending if ledger == ledger_id]
             if journaled:
                 self.totals.journaled += len(journaled)
                 indexed = sorted(set(evidence.indexed or ()) | set(journaled))
@@ -324,25 +401,31 @@ class BookiePass:
                 evidence = dataclasses.replace(evidence, logged_entries=sorted(recording.entries),
                                                logged_in=tuple(sorted(recording.logs)))
             findings.extend(judge_ledger(read.meta, self.bookie_id, evidence))
-        faults = self._still_faulty(scanner, ledger_id)
-        if faults:
-            seen = {e for f in findings if f.category in (Category.LOST_ENTRY, Category.CORRUPT_ENTRY)
-                    for first, last in f.entries or () for e in range(first, last + 1)}
-            faults = tuple(f for f in faults if f.entry_id not in seen)
-            findings.extend(judge_record_faults(read.meta, self.bookie_id, ledger_id, faults))
+        confirmed = self._still_faulty(scanner, ledger_id, faults)
+        reported = self._reported[ledger_id]
+        for finding in findings:
+            if finding.category in (Category.LOST_ENTRY, Category.CORRUPT_ENTRY):
+                reported.update(_entries(finding))
+        confirmed = tuple(f for f in confirmed if f.entry_id not in reported)
+        if confirmed:
+            record_findings = judge_record_faults(read.meta, self.bookie_id, ledger_id, confirmed)
+            for finding in record_findings:
+                reported.update(_entries(finding))
+            findings.extend(record_findings)
+        if not reported:
+            del self._reported[ledger_id]
         return findings
 
-    def _still_faulty(self, scanner: BookieScanner, ledger_id: int) -> tuple[RecordFault, ...]:
+    def _still_faulty(self, scanner: BookieScanner, ledger_id: int, faults) -> tuple[RecordFault, ...]:
         """The walk's faults of the ledger that the index, read now, still points at and that still fail."""
-        faults = self._suspect_records.get(ledger_id)
         if not faults:
             return ()
         wanted = {f.entry_id for f in faults}
         try:
             current = {e: loc for e, loc in scanner.storage.locations(ledger_id) if e in wanted}
-        except (IndexFileError, DbIndexError, FileNotFoundError):
+        except (EntryLogError, DbIndexError, OSError, ValueError):
             return ()  # the index itself is the problem now: the ledger's own check reports that
-        verifier = self.table.verifier(ledger_id) or scanner.verifier_for(ledger_id)
+        verifier = self._verifier_for(ledger_id)
         confirmed = []
         for fault in faults:
             location = current.get(fault.entry_id)
@@ -352,23 +435,6 @@ class BookiePass:
             if again is not None:  # a digest failure keeps the walk's words; a lost record the precise reason
                 confirmed.append(fault if not (fault.lost or again.lost) else again)
         return tuple(confirmed)
-
-    def _log_findings(self, lost_in: set[int | None]) -> list[Finding]:
-        findings = []
-        for log_file, problems, active in self._log_problems:
-            # The torn tail of the log being written is no damage, unless the index points past the cut.
-            findings.extend(judge_entry_log(log_file.entry_log_id, problems,
-                                            active and log_file.entry_log_id not in lost_in))
-        return findings
-
-    def _orphan_findings(self) -> list[Finding]:
-        findings = []
-        for ledger_id in sorted(self._orphans):
-            orphan = self._orphans[ledger_id]
-            finding = orphan_finding(ledger_id, orphan.indexed, orphan.unreadable, orphan.logs)
-            if finding is not None:
-                findings.append(finding)
-        return findings
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -386,8 +452,9 @@ class BookiePass:
         return not same_dir or log_file.entry_log_id >= max(same_dir)
 
 
-class _Stopped(Exception):
-    """Raised from the pace callback to end a walk at a record boundary."""
+def _entries(finding: Finding) -> Iterator[int]:
+    for first, last in finding.entries or ():
+        yield from range(first, last + 1)
 
 
 def _holds_every_entry(meta, bookie_id: str, entry_ids) -> bool:
@@ -419,8 +486,6 @@ def _next_batch(index: Iterator) -> list:
 
 
 def _size(path) -> int:
-    import os
-
     try:
         return os.stat(path).st_size
     except FileNotFoundError:

@@ -381,7 +381,7 @@ def _full_pass(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
     report = ScanReport(bookie_id, storage_kind)
     with BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(storage.layout, scratch),
                     pacer) as full:
-        report.findings.extend(full.run(storage.entry_logs(), progress))
+        report.findings.extend(full.run(progress))
         totals = full.totals
     report.ledgers_checked = totals.ledgers_checked
     report.entry_logs_scanned = totals.entry_logs_scanned

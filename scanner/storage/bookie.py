@@ -63,8 +63,10 @@ class BookieStorage(abc.ABC):
         """(entry id, location) of every indexed entry of the ledger, entry id ascending (empty if unknown)."""
 
     @abc.abstractmethod
-    def indexed_ledgers(self) -> Iterator[tuple[int, array, array]]:
+    def indexed_ledgers(self, dir_index: int | None = None) -> Iterator[tuple[int, array, array]]:
         """(ledger id, entry ids, encoded locations) of every ledger in the index, in the index's own order.
+
+        ``dir_index``: only what that ledger dir's own index holds, where each dir has one (DbLedgerStorage).
 
         Entry ids ascend within a ledger; both are ``array('Q')``. A ledger whose own index cannot be read
         comes as (ledger id, None, the error); an index that cannot be read on raises ``DbIndexError``.
@@ -109,7 +111,7 @@ class IndexFileStorage(BookieStorage):
         with IndexFile(path) as index:
             yield from index.locations()
 
-    def indexed_ledgers(self) -> Iterator[tuple[int, array, array]]:
+    def indexed_ledgers(self, dir_index: int | None = None) -> Iterator[tuple[int, array, array]]:
         seen_in_earlier_dirs = len(self.layout.index_current_dirs) > 1
         for current in self.layout.index_current_dirs:
             for ledger_id in indexed_ledger_ids(current):
@@ -180,11 +182,13 @@ class DbStorage(BookieStorage):
     def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
         return self._indexes[self._dir_of(ledger_id)].locations(ledger_id)
 
-    def indexed_ledgers(self) -> Iterator[tuple[int, array, array]]:
-        for dir_index, index in enumerate(self._indexes):
+    def indexed_ledgers(self, dir_index: int | None = None) -> Iterator[tuple[int, array, array]]:
+        for index_of_dir, index in enumerate(self._indexes):
+            if dir_index is not None and index_of_dir != dir_index:
+                continue
             located = index.ledger_locations()
             pending = next(located, None)
-            for ledger_id in self._owned_ledger_ids(dir_index):
+            for ledger_id in self._owned_ledger_ids(index_of_dir):
                 while pending is not None and pending[0] < ledger_id:
                     pending = next(located, None)  # locations of a ledger the `ledgers` DB no longer has
                 if pending is not None and pending[0] == ledger_id:
