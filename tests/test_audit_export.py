@@ -120,7 +120,7 @@ def test_a_partition_streams_in_row_groups_and_an_empty_bookie_still_has_one(tmp
     parquet = pq.ParquetFile(tmp_path / "bookie_id=bk-1.example.com%3A3181" / "part-00000.parquet")
     assert [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)] == [3, 3, 1]
     write_export([], "bk-2:3181", "db", str(tmp_path))
-    assert pq.read_table(tmp_path / "bookie_id=bk-2%3A3181" / "part-00000.parquet").schema == PARQUET_SCHEMA
+    assert pq.ParquetFile(tmp_path / "bookie_id=bk-2%3A3181" / "part-00000.parquet").schema_arrow == PARQUET_SCHEMA
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("_")]  # no staging left behind
 
 
@@ -188,6 +188,6 @@ def test_pyarrow_writes_the_parquet_file_spark_wrote_from_the_same_rows(spark, c
     finally:
         spark.conf.unset("spark.sql.parquet.outputTimestampType")
     by_spark = pq.read_table(tmp_path / "by-spark")
-    by_pyarrow = pq.read_table(partition / "part-00000.parquet")
+    by_pyarrow = pq.ParquetFile(partition / "part-00000.parquet").read()
     assert by_spark.schema.remove_metadata() == by_pyarrow.schema.remove_metadata() == PARQUET_SCHEMA
     assert by_spark.num_rows == 37 and by_spark.sort_by("ledger_id").equals(by_pyarrow.sort_by("ledger_id"))

@@ -1,13 +1,18 @@
 """A bookie host's install: the package without the `audit` extra in a fresh venv, so no PySpark, and no
-`java` on PATH; `scan`, `run` and `export` work on a copy of a real corpus bookie all the same."""
+`java` on PATH; `scan`, `run` and `export` work on a copy of a real corpus bookie all the same.
+
+The venv gets the lowest protobuf and pyarrow pyproject.toml allows (the rest of the suite runs on the
+newest), so those floors are proven too."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tomllib
 import urllib.request
 from pathlib import Path
 
@@ -23,6 +28,16 @@ REPO = Path(__file__).resolve().parents[1]
 DUMP = CORPUS / "zk-dump.json"
 BOOKIE_CONF = CORPUS / "bookie-configs" / "bookie3.conf"
 BOOKIE_ID = "127.0.0.1:3183"
+AT_THEIR_FLOOR = ("protobuf", "pyarrow")
+
+
+def floor_pins() -> list[str]:
+    """``name==floor`` for the AT_THEIR_FLOOR dependencies, from pyproject.toml's ``name>=floor``."""
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = [f"{match[1]}=={match[2]}" for dependency in dependencies
+            if (match := re.match(r"([\w-]+)\s*>=\s*([\w.]+)", dependency)) and match[1] in AT_THEIR_FLOOR]
+    assert len(pins) == len(AT_THEIR_FLOOR), dependencies
+    return pins
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +52,7 @@ def agent_venv(tmp_path_factory) -> Path:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     installed = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-                                str(source)], capture_output=True, text=True, timeout=600)
+                                str(source), *floor_pins()], capture_output=True, text=True, timeout=600)
     assert installed.returncode == 0, installed.stderr[-3000:]
     return venv
 
@@ -61,11 +76,14 @@ def bookie_scanner(venv: Path, env: dict, *args: str) -> subprocess.CompletedPro
                           timeout=120)
 
 
-def test_the_install_has_no_spark(agent_venv):
+def test_the_install_has_no_spark_and_the_floor_versions(agent_venv):
     probe = subprocess.run([str(agent_venv / "bin" / "python"), "-c",
                             "import importlib.util as u; print([m for m in ('pyspark', 'py4j', 'pyarrow', 'rocksdict')"
                             " if u.find_spec(m)])"], capture_output=True, text=True, check=True)
     assert probe.stdout.strip() == "['pyarrow', 'rocksdict']"
+    listed = subprocess.run([str(agent_venv / "bin" / "pip"), "list", "--format", "freeze",
+                             "--disable-pip-version-check"], capture_output=True, text=True, check=True)
+    assert set(floor_pins()) <= set(listed.stdout.lower().split())
 
 
 def test_scan_and_export_without_java(agent_venv, bookie_copy, tmp_path):
@@ -81,7 +99,7 @@ def test_scan_and_export_without_java(agent_venv, bookie_copy, tmp_path):
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout.startswith(f"exported 37 ledgers of bookie {BOOKIE_ID} to ")
     assert "WARNING" not in exported.stderr  # no JVM started to say "Using incubator modules"
-    table = pq.read_table(tmp_path / "exports" / "bookie_id=127.0.0.1%3A3183" / "part-00000.parquet")
+    table = pq.ParquetFile(tmp_path / "exports" / "bookie_id=127.0.0.1%3A3183" / "part-00000.parquet").read()
     assert table.num_rows == 37 and sum(table.column("entry_count").to_pylist()) == 3078
 
 
