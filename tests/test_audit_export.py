@@ -17,7 +17,7 @@ import pytest
 from audit_exports import DUMP, clean_exports, corpus_layout, damaged_exports, export_bookie, ledger_dir  # noqa: F401 (fixtures)
 from corpus import BOOKIES, CORPUS, bookie_id, corruption_report, deleted_ledgers, manifest, scan_args
 from scanner.audit.availability import EntryAvailability
-from scanner.audit.export import PARQUET_SCHEMA, LedgerListing, export_schema, write_export
+from scanner.audit.export import PARQUET_SCHEMA, LedgerListing, export_schema, exports_filesystem, write_export
 from scanner.cli import main
 from scanner.storage.bookie import open_bookie
 from spark_session import spark  # noqa: F401 (fixture)
@@ -122,6 +122,16 @@ def test_a_partition_streams_in_row_groups_and_an_empty_bookie_still_has_one(tmp
     write_export([], "bk-2:3181", "db", str(tmp_path))
     assert pq.ParquetFile(tmp_path / "bookie_id=bk-2%3A3181" / "part-00000.parquet").schema_arrow == PARQUET_SCHEMA
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("_")]  # no staging left behind
+
+
+def test_exports_go_to_local_paths_and_pyarrows_filesystems_with_spark_s3a_taken_as_s3(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    local, path = exports_filesystem("exports/")
+    assert (local.type_name, path) == ("local", str(tmp_path / "exports"))
+    assert exports_filesystem(f"file://{tmp_path}/exports/")[1] == str(tmp_path / "exports")
+    # an endpoint nobody listens on: building the filesystem sends nothing
+    s3, path = exports_filesystem("s3a://bk-audit/exports/?region=eu-west-1&endpoint_override=127.0.0.1:9")
+    assert (s3.type_name, s3.region, path) == ("s3", "eu-west-1", "bk-audit/exports")
 
 
 def _tree_state(root):

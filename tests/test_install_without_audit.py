@@ -86,7 +86,7 @@ def test_the_install_has_no_spark_and_the_floor_versions(agent_venv):
     assert set(floor_pins()) <= set(listed.stdout.lower().split())
 
 
-def test_scan_and_export_without_java(agent_venv, bookie_copy, tmp_path):
+def test_scan_and_export_without_java_and_the_audit_names_its_extra(agent_venv, bookie_copy, tmp_path):
     env = no_java_env(agent_venv, tmp_path)
     bookie = ["--bookie-conf", str(BOOKIE_CONF), "--ledger-dirs", str(bookie_copy), "--metadata", f"file:{DUMP}"]
     scan = bookie_scanner(agent_venv, env, "scan", *bookie, "--format", "json")
@@ -101,6 +101,10 @@ def test_scan_and_export_without_java(agent_venv, bookie_copy, tmp_path):
     assert "WARNING" not in exported.stderr  # no JVM started to say "Using incubator modules"
     table = pq.ParquetFile(tmp_path / "exports" / "bookie_id=127.0.0.1%3A3183" / "part-00000.parquet").read()
     assert table.num_rows == 37 and sum(table.column("entry_count").to_pylist()) == 3078
+
+    audit = bookie_scanner(agent_venv, env, "audit", "--exports", str(tmp_path / "exports"), "--metadata", f"file:{DUMP}")
+    assert (audit.returncode, audit.stderr) == (2, "bookie-scanner audit: the audit runs on Spark and pyspark is not "
+                                                   "installed: pip install 'bookie-scanner[audit]'\n")
 
 
 def test_run_scans_a_pass_and_stops_on_sigterm_without_java(agent_venv, bookie_copy, tmp_path):

@@ -162,7 +162,8 @@ def write_export(listings: Iterable[LedgerListing], bookie_id: str, storage_kind
         filesystem.move(f"{staging}/{PARQUET_FILE}", f"{target}/{PARQUET_FILE}")
     finally:
         filesystem.delete_dir(staging)
-    return ExportSummary(bookie_id, _location(output, partition), ledgers, entries, damaged, problems)
+    return ExportSummary(bookie_id, _partition_location(output, target, partition), ledgers, entries, damaged,
+                         problems)
 
 
 def exports_filesystem(output: str) -> tuple[pafs.FileSystem, str]:
@@ -180,8 +181,11 @@ def exports_filesystem(output: str) -> tuple[pafs.FileSystem, str]:
     return filesystem, path.rstrip("/")
 
 
-def _location(output: str, partition: str) -> str:
-    return f"{output.rstrip('/')}/{partition}"
+def _partition_location(output: str, target: str, partition: str) -> str:
+    """Where the partition is, as the operator names it: an absolute path, or the URI without its options."""
+    if "://" not in output:
+        return target
+    return f"{output.partition('?')[0].rstrip('/')}/{partition}"
 
 
 def _record_batch(listings: Sequence[LedgerListing], storage_kind: str,
