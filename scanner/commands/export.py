@@ -18,9 +18,9 @@ scan found lost or corrupt, which the audit does not count as good copies. Read-
 
 The damaged entries come from a scan run now against the metadata (digests of every entry log), or
 from a saved `bookie-scanner scan --format json` report of this bookie (--findings).
-Output: Parquet under DIR/bookie_id=<id>/, written without Spark or Java: a local path, s3:// (or
-s3a://), gs://, or hdfs:// (through libhdfs, which needs Hadoop's client on the host); re-exporting
-replaces this bookie's partition only, so every bookie can export into the same DIR.
+Output: Parquet under DIR/bookie_id=<id>/, written by pyarrow (no Spark, no JVM): a local path, s3://
+(or s3a://), gs://, or hdfs:// (the one exception: libhdfs needs Hadoop's client and Java on the host);
+re-exporting replaces this bookie's partition only, so every bookie can export into the same DIR.
 """
 
 EPILOG = """\
