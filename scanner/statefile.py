@@ -1,8 +1,8 @@
 """The scanner's own state files (cursors, suspects, marks): written atomically, read defensively.
 
 Never used on a bookie's directories: only on the scanner's state dir. Every state file is
-private to the scanner's user (mode 0600). The last write that failed in a directory (full,
-read-only) is remembered until a write there succeeds, so health can say the state is not saved.
+private to the scanner's user (mode 0600). A file whose last write failed (a full or read-only
+disk) is remembered until a write of it succeeds, so health can say the state is not saved.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 FILE_MODE = 0o600
 TEMP_SUFFIX = ".tmp"
-# directory -> why the last write there failed; gone once a write there succeeds
+# file -> why its last write failed; gone once a write of it succeeds
 _failed_writes: dict[Path, str] = {}
 
 
@@ -28,9 +28,9 @@ def write_atomically(path: Path, data: bytes) -> None:
     try:
         _replace(path, data)
     except OSError as exc:
-        _failed_writes[path.parent] = f"cannot write {path}: {exc.strerror or exc}"
+        _failed_writes[path] = f"cannot write {path}: {exc.strerror or exc}"
         raise
-    _failed_writes.pop(path.parent, None)
+    _failed_writes.pop(path, None)
 
 
 def _replace(path: Path, data: bytes) -> None:
@@ -56,8 +56,9 @@ def _replace(path: Path, data: bytes) -> None:
 
 
 def write_problem(directory: Path) -> str | None:
-    """Why the last state write in ``directory`` failed, or None if it succeeded (or none failed)."""
-    return _failed_writes.get(Path(directory))
+    """Why a state file in ``directory`` could not be written last time, or None if every one could."""
+    directory = Path(directory)
+    return next((problem for path, problem in list(_failed_writes.items()) if path.parent == directory), None)
 
 
 def remove_stale_temps(directory: Path) -> list[Path]:

@@ -36,7 +36,7 @@ def remove_address(state_dir: Path) -> None:
 
 
 def is_paused(state_dir: Path) -> bool:
-    return (Path(state_dir) / PAUSE_FILE).exists()
+    return (Path(state_dir) / PAUSE_FILE).is_file()
 
 
 def persist_pause(state_dir: Path, paused: bool) -> None:
