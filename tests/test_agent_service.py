@@ -75,18 +75,19 @@ class AgentProcess:
         wait_for(lambda: self.address() is not None and (self.health() or {}).get("scanners"), timeout,
                  f"agent did not come up; stderr: {self.log.read_text()[-2000:]}")
 
-    def _request(self, method: str, path: str, body=None):
+    def _request(self, method: str, path: str, body=None) -> tuple[int, bytes]:
         request = urllib.request.Request(f"http://{self.address()}{path}", method=method,
                                          data=None if body is None else json.dumps(body).encode())
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.read()
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
 
     def answer(self, method: str, path: str, body=None) -> tuple[int, dict]:
         """HTTP status and JSON body, whatever the status."""
-        try:
-            return 200, json.loads(self._request(method, path, body))
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+        status, raw = self._request(method, path, body)
+        return status, json.loads(raw)
 
     def health(self) -> dict | None:
         """/health's body, also when it answers 503 (degraded, failing, starting); None if nothing answers."""
@@ -96,10 +97,10 @@ class AgentProcess:
             return None
 
     def metrics(self) -> str:
-        return self._request("GET", "/metrics").decode()
+        return self._request("GET", "/metrics")[1].decode()
 
     def post_suspect(self, body: dict) -> dict:
-        return json.loads(self._request("POST", "/suspects", body))
+        return self.answer("POST", "/suspects", body)[1]
 
     def terminate(self) -> int:
         self.process.send_signal(signal.SIGTERM)

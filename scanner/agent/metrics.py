@@ -89,7 +89,9 @@ _SCANNER_METRICS = {
     "last_progress": (GaugeMetricFamily, "last_progress_timestamp_seconds", "When the scanner last moved its cursor"),
     "suspects_scanned": (CounterMetricFamily, "suspects_scanned", "Suspects scanned since start"),
     "bytes_read": (CounterMetricFamily, "read_bytes", "Bytes read from the bookie's files since start"),
-    "entries_verified": (CounterMetricFamily, "entries_verified", "Entries whose digest the pass verified since start"),
+    "entries_verified": (CounterMetricFamily, "entries_verified",
+                         "Entries whose digest the passes verified since start (sampled each second: "
+                         "the last second of a pass may be missing)"),
 }
 
 
