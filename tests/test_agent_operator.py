@@ -212,3 +212,12 @@ def test_the_rate_limited_log_says_how_many_events_a_line_stands_for(caplog):
         limited.flush()
     assert caplog.messages == ["dropped 0", "dropped 60 (60 times since the last such line)",
                                "dropped 119 (59 times since the last such line)"]
+
+
+def test_scan_refuses_an_out_of_range_id_with_exit_2(sample):
+    from test_agent_parts import cli as command
+
+    for option in ("--ledger", "--entry-log"):
+        done = command("scan", "--bookie-conf", str(sample.bookie_conf), "--metadata", f"file:{sample.dump}",
+                       option, str(TOO_BIG))
+        assert done.returncode == 2 and "out of range" in done.stderr and "Traceback" not in done.stderr

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from scanner.agent.lograte import RateLimitedLog
+from scanner.metadata.ledger import MAX_LEDGER_ID
 from scanner.statefile import FILE_MODE, DamagedStateFile, read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ INBOX_FILE = "suspects.inbox"
 # Entries of the inbox read at most per call: a huge inbox is drained over several calls.
 INBOX_BATCH_BYTES = 1 << 20
 # Ledger ids are Java longs, entry log ids too (parsed from hex file names): nothing above fits a bookie.
-MAX_ID = (1 << 63) - 1
+MAX_ID = MAX_LEDGER_ID
 
 
 @dataclass(frozen=True, slots=True)
