@@ -62,6 +62,8 @@ class AgentCollector:
                      health["suspects_queued"])
         yield single(CounterMetricFamily, "suspects_dropped", "Suspects dropped because the queue was full",
                      health["suspects_dropped"])
+        yield single(CounterMetricFamily, "suspects_failed", "Suspects dropped because their scan failed repeatedly",
+                     health["suspects_failed"])
         marks = health["marks"]
         yield single(GaugeMetricFamily, "marks_awaiting", "Damaged ledgers recorded but not yet marked under-replicated",
                      marks["awaiting"])

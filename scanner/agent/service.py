@@ -22,6 +22,7 @@ from scanner.agent.cached_metadata import CachedMetadata
 from scanner.agent.config import PACE_SPREAD, AgentConfig, ThrottleConfig, load_config
 from scanner.agent.endpoint import Endpoint
 from scanner.agent.findingbook import FindingBook
+from scanner.agent.lograte import RateLimitedLog
 from scanner.agent.logsignals import suspects_in_line
 from scanner.agent.logtail import LogTail
 from scanner.agent.metrics import agent_registry
@@ -84,6 +85,7 @@ class Agent:
         self.workers: list[LedgerDirWorker] = []
         self.entries_verified: dict[str, CarriedTotal] = {}
         self._behind: set[str] = set()  # ledger dirs whose pass the configured rate cannot finish in time
+        self._unsaved = RateLimitedLog(log, logging.WARNING)
         self.registry = agent_registry(self.health)
         self.tail = LogTail(config.log_files, self._on_log_line)
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
@@ -207,7 +209,10 @@ class Agent:
 
     def _checkpoint(self) -> None:
         for worker in self.workers:
-            worker.checkpoint()
+            try:
+                worker.checkpoint()
+            except OSError as exc:  # /health says the state dir cannot be written; the next checkpoint retries
+                self._unsaved.log("%s: cursor not saved: %s", worker.ledger_dir, exc.strerror or exc)
 
     def _poll(self) -> None:
         paused = control.is_paused(self.state_dir)
@@ -356,6 +361,7 @@ class Agent:
             "scanners": scanners,
             "suspects_queued": self.suspects.queued(),
             "suspects_dropped": self.suspects.dropped,
+            "suspects_failed": self.suspects.failed,
             "suspects_recent": sorted(self.suspects.recently_scanned()),
             "marks": {
                 "enabled": marking is not None,

@@ -10,6 +10,7 @@ import fcntl
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -19,6 +20,7 @@ from typing import Callable
 
 from scanner.agent.lograte import RateLimitedLog
 from scanner.metadata.ledger import MAX_LEDGER_ID
+from scanner.metadata.store import MetadataUnavailable
 from scanner.statefile import FILE_MODE, DamagedStateFile, read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,9 @@ INBOX_FILE = "suspects.inbox"
 INBOX_BATCH_BYTES = 1 << 20
 # Ledger ids are Java longs, entry log ids too (parsed from hex file names): nothing above fits a bookie.
 MAX_ID = MAX_LEDGER_ID
+# A suspect whose scan failed this often (errors other than unreachable metadata) is dropped: it must
+# not hold the regular pass behind it for good.
+MAX_FAILED_SCANS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +99,8 @@ class SuspectQueue:
         self._taken: dict[str, Suspect] = {}
         self._recent: OrderedDict[str, float] = OrderedDict()  # key -> when its scan finished
         self.dropped = 0
+        self.failed = 0  # suspects dropped after MAX_FAILED_SCANS failed scans
+        self._failures: dict[str, int] = {}
         self._drops = RateLimitedLog(log, logging.WARNING)
         self._ignored_lines = RateLimitedLog(log, logging.WARNING)
         self._load()
@@ -166,17 +173,36 @@ class SuspectQueue:
         """The suspect's scan finished and its findings are recorded: remember it for the window."""
         with self._lock:
             self._taken.pop(suspect.key, None)
+            self._failures.pop(suspect.key, None)
             self._recent[suspect.key] = self._clock()
             self._recent.move_to_end(suspect.key)
             self._expire()
             self._save()
 
     def release(self, suspect: Suspect) -> None:
-        """The scan could not finish (stopping, metadata unreachable): queue it again, first."""
+        """The scan could not finish: queue it again, first.
+
+        Called while the exception that cut the scan short is handled, if one did. A scan that failed
+        (neither stopped nor waiting for the metadata) counts against the suspect; at MAX_FAILED_SCANS
+        it is dropped instead, logged and counted, and not queued again within the window: the regular
+        pass still reaches its ledger or entry log.
+        """
+        failure = sys.exc_info()[1]
         with self._lock:
-            if self._taken.pop(suspect.key, None) is not None:
-                self._queued[suspect.key] = suspect
-                self._queued.move_to_end(suspect.key, last=False)
+            if self._taken.pop(suspect.key, None) is None:
+                return
+            if isinstance(failure, Exception) and not isinstance(failure, MetadataUnavailable):
+                self._failures[suspect.key] = failures = self._failures.get(suspect.key, 0) + 1
+                if failures >= MAX_FAILED_SCANS:
+                    del self._failures[suspect.key]
+                    self._recent[suspect.key] = self._clock()
+                    self.failed += 1
+                    self._save()
+                    log.warning("suspect %s dropped after %d failed scans (last: %s: %s)", suspect.key, failures,
+                                type(failure).__name__, failure)
+                    return
+            self._queued[suspect.key] = suspect
+            self._queued.move_to_end(suspect.key, last=False)
 
     def _expire(self) -> None:
         horizon = self._clock() - self.window_seconds
