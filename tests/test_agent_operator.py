@@ -11,9 +11,11 @@ import stat
 
 import pytest
 
+from scanner.agent.endpoint import READ_TIMEOUT_SECONDS
 from scanner.agent.lograte import RateLimitedLog
 from scanner.sample.sample_cluster import build_sample
 from test_agent_service import AgentProcess, cli, wait_for, write_config
+from threads import run_in_thread
 from tree_state import snapshot
 
 TOO_BIG = 2**63  # one past the largest ledger id a bookie can hold
@@ -47,7 +49,7 @@ def one_line_exit_2(done) -> None:
 def raw_request(address: str, head: bytes, body: bytes = b"", half_close: bool = False) -> tuple[int, dict]:
     """Send bytes as they are (no client library fixing them up); the status and JSON answered."""
     host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as conn:
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
         conn.sendall(head + body)
         if half_close:
             conn.shutdown(socket.SHUT_WR)
@@ -161,17 +163,23 @@ def test_a_busy_listen_port_is_one_line_and_exit_2(tmp_path, sample):
 def test_bad_bodies_and_ids_are_400_and_change_nothing(tmp_path, running):
     agent = running
     address = agent.address()
+    body = b'{"ledger": 4}'
+    # A client that stops sending mid-body holds no handler for good: it is answered after the read timeout.
+    stalled, stalled_answer = run_in_thread(lambda: raw_request(address, post_head(len(body) + 50), body))
     deep = b"[" * 60000
     status, answer = raw_request(address, post_head(len(deep)), deep)
     assert status == 400 and "nested deeper" in answer["error"]
     # The body promises more than it holds: refused once the client stops sending, never acted on.
-    body = b'{"ledger": 4}'
     status, answer = raw_request(address, post_head(len(body) + 50), body, half_close=True)
     assert status == 400 and "ended after 13 of the 63 bytes" in answer["error"]
     for ledger in (TOO_BIG, 2**64, -1):
         status, answer = agent.answer("POST", "/suspects", {"ledger": ledger})
         assert status == 400 and "9223372036854775807" in answer["error"]
     assert agent.answer("POST", "/suspects", {"ledger": TOO_BIG - 1})[0] == 202  # the largest id is fine
+    stalled.join(READ_TIMEOUT_SECONDS + 5)
+    status, answer = stalled_answer["value"]
+    assert status == 400 and "did not arrive within 10s" in answer["error"]
+    assert stalled_answer["elapsed"] < READ_TIMEOUT_SECONDS + 3
     health = agent.health()
     assert health["status"] == "ok" and "ledger:4@0" not in health["suspects_recent"]
     done = cli(agent.config_path, "suspect", "--ledger", str(TOO_BIG))

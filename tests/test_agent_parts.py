@@ -41,7 +41,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def test_the_documented_config_loads_with_every_default(tmp_path):
     config = load_config(REPO / "conf" / "scanner.toml")
     assert config.listen_host == "127.0.0.1" and config.listen_port == 9721
-    assert config.period_seconds == 7 * 86400
+    assert config.period_seconds == 7 * 86400 and config.pace == "rate"  # BP-24: at the rate, then idle
     assert config.checkpoint_seconds == 30
     assert config.mark is False
 
@@ -52,6 +52,7 @@ def test_the_documented_config_loads_with_every_default(tmp_path):
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nlisten = 'nowhere'\n", "listen"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[throttle]\nwindow_hours = '25:00-26:00'\n", "window_hours"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nspeed = 3\n", "'speed'"),
+    ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\npace = 'fast'\n", "pace"),
     ("[bookie\n", "not valid TOML"),
 ])
 def test_a_config_mistake_is_one_line_naming_the_key_and_exit_status_2(tmp_path, text, named):

@@ -175,7 +175,7 @@ class Agent:
             except OSError as exc:
                 log.warning("%s: no disk back-off: %s", self.layout.ledger_dirs[index], exc)
         return MeteredPacer(throttle.bytes_per_second, throttle.entries_per_second, windows=throttle.windows,
-                     outside_factor=throttle.outside_factor, disk_loads=loads, backoff=throttle.backoff)
+                            outside_factor=throttle.outside_factor, disk_loads=loads, backoff=throttle.backoff)
 
     def _schedule(self) -> None:
         add = self.scheduler.add_job

@@ -33,8 +33,6 @@ STATE_FILE = "suspects.json"
 INBOX_FILE = "suspects.inbox"
 # Entries of the inbox read at most per call: a huge inbox is drained over several calls.
 INBOX_BATCH_BYTES = 1 << 20
-# Ledger ids are Java longs, entry log ids too (parsed from hex file names): nothing above fits a bookie.
-MAX_ID = MAX_LEDGER_ID
 # A suspect whose scan failed this often (errors other than unreachable metadata) is dropped: it must
 # not hold the regular pass behind it for good.
 MAX_FAILED_SCANS = 3
@@ -65,8 +63,10 @@ def parse_suspect(obj) -> Suspect:
         if len(named) != 1 or len(obj) != 1:
             raise ValueError("expected exactly one of \"ledger\" or \"entry_log\", e.g. {\"ledger\": 12}")
         kind, value, ledger_dir = named[0], obj[named[0]], None
-    if kind not in KINDS or isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ID:
-        raise ValueError(f"expected a {'/'.join(KINDS)} id that is an integer from 0 to {MAX_ID}, found {value!r}")
+    if kind not in KINDS or isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LEDGER_ID:
+        # Ledger ids are Java longs, entry log ids too (parsed from hex file names).
+        raise ValueError(f"expected a {'/'.join(KINDS)} id that is an integer from 0 to {MAX_LEDGER_ID}, "
+                         f"found {value!r}")
     if ledger_dir is not None and (isinstance(ledger_dir, bool) or not isinstance(ledger_dir, int) or ledger_dir < 0):
         raise ValueError(f"ledger_dir {ledger_dir!r}: expected a non-negative integer")
     return Suspect(kind, value, ledger_dir)
