@@ -106,8 +106,8 @@ class Agent:
         try:
             if not self._connect():
                 return 0
+            self.suspects.drain_inbox(self.route)  # before the scanners start: what waited there goes first
             self._start_workers()
-            self.suspects.drain_inbox(self.route)
             self.tail.start()
             self._schedule()
             self.notifier.ready(self._status_line())
