@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from scanner.cli import UsageError
+from scanner.metadata.ledger import MAX_LEDGER_ID
 
 
 def add_bookie_options(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +21,17 @@ def add_bookie_options(parser: argparse.ArgumentParser) -> None:
                        help="ledger storage (override ledgerStorageClass)")
     group.add_argument("--bookie-id", metavar="ID",
                        help="this bookie's id as ensembles name it (default: the cookie's bookieHost)")
+
+
+def stored_id(text: str) -> int:
+    """An argparse type: a ledger or entry log id as a bookie stores it, 0 to 2^63-1 (a Java long)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer id") from None
+    if not 0 <= value <= MAX_LEDGER_ID:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: ids run from 0 to {MAX_LEDGER_ID}")
+    return value
 
 
 def add_metadata_option(parser: argparse.ArgumentParser) -> None:

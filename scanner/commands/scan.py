@@ -8,7 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
+from scanner.commands.bookie_args import (add_bookie_options, add_metadata_option, bookie_layout, metadata_store,
+                                          stored_id)
 
 DESCRIPTION = """\
 Scan one bookie once, read-only, and report what BP-24 calls the three conditions:
@@ -36,9 +37,9 @@ def register(subparsers) -> None:
     add_bookie_options(parser)
     add_metadata_option(parser)
     narrow = parser.add_argument_group("narrowing")
-    narrow.add_argument("--ledger", metavar="ID", type=int, action="append",
+    narrow.add_argument("--ledger", metavar="ID", type=stored_id, action="append",
                         help="check only this ledger (repeatable); its entry logs are verified too")
-    narrow.add_argument("--entry-log", metavar="ID", type=int, action="append",
+    narrow.add_argument("--entry-log", metavar="ID", type=stored_id, action="append",
                         help="verify only this entry log, by numeric id (0x1a.log is 26; repeatable)")
     parser.add_argument("--rate", metavar="BYTES_PER_SEC", type=int,
                         help="read at most this many bytes per second (default: unlimited)")
