@@ -42,7 +42,8 @@ def test_at_the_configured_rate_every_injected_fault_is_on_health_within_bytes_o
         elapsed = time.monotonic() - started
         scanner = wait_for(lambda: (s := agent.scanner())["phase"] == "waiting" and s, 10, "the pass did not end")
         read = scanner["bytes_read"]
-        assert read >= log_bytes and scanner["entries_verified"] > 0
+        # Each log read once, front to back: its records (not its header and ledgers map) pass the throttle.
+        assert 0.9 * log_bytes <= read <= log_bytes and scanner["entries_verified"] > 0
         # At the configured rate: not faster (the throttle holds), and all the damage within bytes / rate + a few s.
         assert log_bytes / rate * 0.8 <= elapsed <= read / rate + 8, (elapsed, read, log_bytes)
         assert health["status"] == "ok" and "zookeeper_connected" not in health  # a dump, not ZooKeeper
