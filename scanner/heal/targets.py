@@ -62,7 +62,7 @@ def heal_targets(ledger_id: int, entries: EntryRanges, meta: LedgerMetadata | No
             continue
         index = fragment.bookie_index(bookie_id)
         if index is None or not fragment.holds(index, entry_id):
-            refused[f"{bookie_id} no longer holds it: the ensemble moved on"].append(entry_id)
+            refused["this bookie does not hold it in the current metadata (an ensemble change moved it)"].append(entry_id)
             continue
         peers = tuple(fragment.bookies[i] for i in fragment.write_set(entry_id) if i != index)
         targets.append(HealTarget(ledger_id, entry_id, peers))
