@@ -175,7 +175,10 @@ class LiveBookie:
         self._pid_file.unlink(missing_ok=True)
 
     def start(self, timeout: float = 60.0) -> None:
-        """Start the bookie again as start.sh does, and wait until it listens on its port."""
+        """Start the bookie again as start.sh does, and wait until it serves and is registered.
+
+        It listens before it has replayed its journal; only once registered in ZooKeeper does it serve.
+        """
         if self.running:
             raise LiveClusterError(f"{self.name} is already running (pid {self.pid})")
         java = shutil.which("java") or "java"
@@ -193,6 +196,8 @@ class LiveBookie:
             if time.monotonic() > deadline:
                 raise LiveClusterError(f"{self.name} does not listen on {self.port} after {timeout:.0f} s: see {self.log}")
             time.sleep(0.2)
+        if not self.cluster.registered(self.bookie_id, max(1.0, deadline - time.monotonic())):
+            raise LiveClusterError(f"{self.name} did not register in ZooKeeper within {timeout:.0f} s: see {self.log}")
 
     def restart(self) -> None:
         self.stop()
@@ -263,6 +268,23 @@ class LiveCluster:
     @property
     def zk_connect_string(self) -> str:
         return f"127.0.0.1:{self.zk_port}"
+
+    def registered(self, bookie_id: str, timeout: float = 60.0) -> bool:
+        """Wait until ``bookie_id`` is registered as available (writable); False if not within ``timeout``."""
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=self.zk_connect_string, timeout=10)
+        client.start(timeout=10)
+        try:
+            deadline = time.monotonic() + timeout
+            while client.exists(f"/ledgers/available/{bookie_id}") is None:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.2)
+            return True
+        finally:
+            client.stop()
+            client.close()
 
     def bookie(self, bookie_id: str) -> LiveBookie:
         return next(b for b in self.bookies if b.bookie_id == bookie_id)
