@@ -242,7 +242,7 @@ class LiveCluster:
                 self.stop()
                 failures.append(f"start.sh took more than {timeout:.0f} s")
                 continue
-            if started.returncode == 0:
+            if started.returncode == 0 and all(self.registered(b.bookie_id, timeout=60) for b in self.bookies):
                 return
             self.stop()
             failures.append(started.stderr.strip() or f"start.sh exited with {started.returncode}")

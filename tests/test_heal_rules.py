@@ -95,3 +95,23 @@ def test_writing_heal_needs_live_metadata(capsys):
     status = main(["heal", *scan_args("bookie1"), "--metadata", f"file:{CORPUS / 'zk-dump.json'}", "--no-dry-run"])
     err = capsys.readouterr().err
     assert status == 2 and "needs the live metadata" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_report_shouts_divergence_and_settles_only_when_everything_healed():
+    from scanner.heal.after_scan import HealReport
+    from scanner.heal.healer import Action, HealResult
+    from scanner.heal.targets import NotHealable
+
+    def result(entry_id, verdict, action):
+        return HealResult(7, entry_id, A, verdict, action, "why", (PeerCopy(B, CopyState.VERIFIES),), 0)
+
+    healed = HealReport(A, dry_run=False, results=[result(1, Verdict.LOCAL_ROT, Action.HEALED)])
+    assert healed.settled and healed.counts() == {"healed": 1}
+    loud = HealReport(A, dry_run=False, results=[result(1, Verdict.LOCAL_ROT, Action.HEALED),
+                                                 result(2, Verdict.DIVERGENT, Action.LEFT_ALONE)],
+                      not_healable=[NotHealable(7, ((9, 12),), "ledger deleted")])
+    text = loud.to_text()
+    assert not loud.settled
+    assert "ledger 7 entry 2: divergent, left_alone: DIVERGENT REPLICAS: why" in text
+    assert "ledger 7 entries 9-12: not healed here: ledger deleted" in text
+    assert not HealReport(A, dry_run=True, results=[result(1, Verdict.LOCAL_ROT, Action.HEALED)]).settled

@@ -4,7 +4,9 @@ Each cycle takes the findings recorded since the last one (lost, corrupt or miss
 heals them as ``bookie-scanner heal --no-dry-run`` does (see ``scanner.heal``), journaling every
 attempt in the state dir. A finding is done once each of its entries got a final answer (healed,
 write-path damage, divergent replicas, or not healable here); failed and unresolved ones are tried
-again next cycle. Nothing happens while ZooKeeper is unreachable.
+again next cycle. Nothing happens while ZooKeeper is unreachable. Which findings are done is kept in
+memory: after a restart the recorded damage is healed once more, which rewrites the same verified
+copies.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class Healing:
         self.bookie_id = bookie_id
         self.state_dir = state_dir
         self.entries_per_second = entries_per_second
-        self.counts: Counter[str] = Counter()  # results by "action/verdict" since start
+        self.counts: Counter[tuple[str, str]] = Counter()  # results by (action, verdict) since start
         self._done: set[str] = set()
         self._lock = threading.Lock()
 
@@ -52,13 +54,14 @@ class Healing:
             except MetadataUnavailable as exc:
                 log.warning("heal cycle cut short (%s): will retry", exc)
                 return 0
-            retry = {r.ledger_id for r in report.results
-                     if r.action in _RETRIED or r.verdict is Verdict.UNRESOLVED}
-            if report.left_over:
-                retry |= {r.ledger_id for r in report.results} | {f.ledger_id for f in pending}
+            judged = {r.ledger_id for r in report.results} | {n.ledger_id for n in report.not_healable}
+            retry = {r.ledger_id for r in report.results if r.action in _RETRIED or r.verdict is Verdict.UNRESOLVED}
+            retry |= {f.ledger_id for f in pending if f.ledger_id not in judged}  # beyond this cycle's share
+            if report.left_over and report.results:
+                retry.add(report.results[-1].ledger_id)  # its last entries may be in the next share
             self._done |= {finding_key(f) for f in pending if f.ledger_id not in retry}
             for r in report.results:
-                self.counts[f"{r.action.value}/{r.verdict.value}"] += 1
+                self.counts[r.action.value, r.verdict.value] += 1
                 level = logging.ERROR if r.verdict in (Verdict.DIVERGENT, Verdict.WRITE_PATH) else logging.WARNING
                 log.log(level, "heal ledger %d entry %d: %s, %s: %s", r.ledger_id, r.entry_id, r.verdict.value,
                         r.action.value, r.detail)
@@ -68,7 +71,6 @@ class Healing:
         """Prometheus: ``bookie_scanner_heals_total{action, verdict}``."""
         family = CounterMetricFamily(PREFIX + "heals", "Damaged entries the agent judged and healed, by outcome",
                                      labels=("bookie", "action", "verdict"))
-        for key, count in sorted(self.counts.items()):
-            action, verdict = key.split("/")
+        for (action, verdict), count in sorted(self.counts.items()):
             family.add_metric([self.bookie_id, action, verdict], count)
         yield family

@@ -12,6 +12,7 @@ from scanner.heal.healer import Action, Healer, HealResult
 from scanner.heal.journal import HealJournal
 from scanner.heal.targets import NotHealable, damaged_entries, plan_heals
 from scanner.heal.verdict import Verdict
+from scanner.metadata.ledger import MetadataFormatError
 
 DEFAULT_ENTRIES_PER_SECOND = 10.0
 DEFAULT_MAX_ENTRIES = 10_000
@@ -69,9 +70,15 @@ def heal_damage(store, bookie_id: str, findings: list[Finding], *, dry_run: bool
     The metadata is read fresh for every damaged ledger; every real attempt is journaled in ``state_dir``.
     """
     damage = damaged_entries(findings)
-    metadata = {ledger_id: store.ledger(ledger_id) for ledger_id in damage}
+    metadata, undecodable = {}, []
+    for ledger_id in list(damage):
+        try:
+            metadata[ledger_id] = store.ledger(ledger_id)
+        except MetadataFormatError as exc:
+            undecodable.append(NotHealable(ledger_id, damage.pop(ledger_id), f"its metadata does not decode: {exc}"))
     targets, not_healable = plan_heals(damage, metadata, bookie_id)
-    report = HealReport(bookie_id, dry_run, not_healable=not_healable, left_over=max(0, len(targets) - max_entries))
+    report = HealReport(bookie_id, dry_run, not_healable=undecodable + not_healable,
+                        left_over=max(0, len(targets) - max_entries))
     healer = Healer(bookie_id, dry_run=dry_run, entries_per_second=entries_per_second, timeout=timeout,
                     journal=HealJournal(state_dir) if state_dir is not None else None)
     report.results = asyncio.run(healer.heal(targets[:max_entries], metadata.__getitem__))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -62,7 +61,6 @@ class Healer:
         self.dry_run = dry_run
         self.timeout = timeout
         self.journal = journal
-        self.counts: Counter[str] = Counter()  # actions taken, for metrics
         self._clock = clock
         self._pace = TokenBucket(entries_per_second or None, burst=1.0)
         self._connections: dict[str, BookieConnection] = {}
@@ -75,7 +73,6 @@ class Healer:
             for target in targets:
                 await asyncio.to_thread(self._pace.take, 1)
                 result = await self._heal_one(target, metadata(target.ledger_id))
-                self.counts[result.action.value] += 1
                 if self.journal is not None and not self.dry_run:
                     self.journal.append(result.to_json())
                 results.append(result)

@@ -2,7 +2,7 @@
 
 A line is written for each entry the healer decided about for real (healed, failed, or left alone
 as write-path damage, divergent or unresolved); a dry run writes nothing. A crash can cut only the
-last line, which reading skips.
+last line.
 """
 
 from __future__ import annotations
@@ -27,17 +27,3 @@ class HealJournal:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-    def records(self) -> list[dict]:
-        """Every whole line, oldest first (empty when nothing was healed yet)."""
-        try:
-            lines = self.path.read_bytes().splitlines()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                continue  # a line cut by a crash
-        return out

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 PROTOCOL_VERSION = 2
 MASTER_KEY_LENGTH = 20
-ENTRY_ID_OFFSET = 8
 _FRAME_LENGTH = struct.Struct(">i")
 _READ_REQUEST = struct.Struct(">iiqq")  # frame length, packet header, ledger id, entry id
 _RESPONSE = struct.Struct(">iiqq")  # packet header, return code, ledger id, entry id
