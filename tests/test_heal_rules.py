@@ -115,3 +115,12 @@ def test_the_report_shouts_divergence_and_settles_only_when_everything_healed():
     assert "ledger 7 entry 2: divergent, left_alone: DIVERGENT REPLICAS: why" in text
     assert "ledger 7 entries 9-12: not healed here: ledger deleted" in text
     assert not HealReport(A, dry_run=True, results=[result(1, Verdict.LOCAL_ROT, Action.HEALED)]).settled
+
+
+def test_bad_options_are_one_line_usage_errors(capsys, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    for extra in (["--entries-per-second", "-1"], ["--max-entries", "0"], ["--state-dir", str(blocked / "state")]):
+        status = main(["heal", *scan_args("bookie1"), "--metadata", f"file:{CORPUS / 'zk-dump.json'}", *extra])
+        err = capsys.readouterr().err
+        assert status == 2 and len(err.strip().splitlines()) == 1 and err.startswith("bookie-scanner heal: "), err

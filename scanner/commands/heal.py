@@ -67,6 +67,11 @@ def run(args) -> int:
         raise UsageError(f"--max-entries must be 1 or more, got {args.max_entries}")
     if not args.timeout > 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
+    if args.state_dir is not None:
+        try:
+            args.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot use --state-dir {args.state_dir}: {exc.strerror or exc}") from None
     layout = bookie_layout(args)
     store = metadata_store(args, layout)
     try:
