@@ -64,6 +64,7 @@ class Healer:
         self._clock = clock
         self._pace = TokenBucket(entries_per_second or None, burst=1.0)
         self._connections: dict[str, BookieConnection] = {}
+        self._unreachable: dict[str, str] = {}  # bookies that refused a connection in this run, and why
 
     async def heal(self, targets: Iterable[HealTarget],
                    metadata: Callable[[int], LedgerMetadata]) -> list[HealResult]:
@@ -126,10 +127,19 @@ class Healer:
         return PeerCopy(peer, state, reply.body)
 
     async def _ask(self, bookie_id: str, request):
-        """``request(connection)`` on a pooled connection; a broken connection is dropped and raises."""
+        """``request(connection)`` on a pooled connection; a broken connection is dropped and raises.
+
+        A bookie that cannot be connected to is not tried again in this run (each try could take a timeout).
+        """
+        if bookie_id in self._unreachable:
+            raise BookieUnreachable(self._unreachable[bookie_id])
         connection = self._connections.get(bookie_id)
         if connection is None:
-            connection = self._connections[bookie_id] = await BookieConnection.open(bookie_id, self.timeout)
+            try:
+                connection = self._connections[bookie_id] = await BookieConnection.open(bookie_id, self.timeout)
+            except BookieUnreachable as exc:
+                self._unreachable[bookie_id] = str(exc)
+                raise
         try:
             return await request(connection)
         except BookieUnreachable:

@@ -66,14 +66,14 @@ def judge_copy(ledger_id: int, entry_id: int, data: bytes, verifier: DigestVerif
 def judge(copies: Sequence[PeerCopy]) -> Judgement:
     """The verdict on one damaged entry from what its peers hold."""
     good = {c.data for c in copies if c.state is CopyState.VERIFIES}
-    holders = [c.bookie_id for c in copies if c.state is CopyState.VERIFIES]
+    holders = sorted(c.bookie_id for c in copies if c.state is CopyState.VERIFIES)
     if len(good) > 1:
         return Judgement(Verdict.DIVERGENT, None,
                          f"{len(good)} different copies verify (on {', '.join(holders)}): the replicas disagree")
     if good:
         return Judgement(Verdict.LOCAL_ROT, next(iter(good)), f"a verifying copy is on {', '.join(holders)}")
-    silent = [c.bookie_id for c in copies if c.state is CopyState.NO_ANSWER]
-    bad = [c.bookie_id for c in copies if c.state is CopyState.BAD]
+    silent = sorted(c.bookie_id for c in copies if c.state is CopyState.NO_ANSWER)
+    bad = sorted(c.bookie_id for c in copies if c.state is CopyState.BAD)
     if silent:
         return Judgement(Verdict.UNRESOLVED, None, f"no verifying copy read; no answer from {', '.join(silent)}")
     if not bad:
