@@ -4,7 +4,7 @@ Each cycle takes the findings recorded since the last one (lost, corrupt or miss
 heals them as ``bookie-scanner heal --no-dry-run`` does (see ``scanner.heal``), journaling every
 attempt in the state dir. A finding is done once each of its entries got a final answer (healed,
 write-path damage, divergent replicas, or not healable here); failed and unresolved ones are tried
-again next cycle. Nothing happens while ZooKeeper is unreachable. Which findings are done is kept in
+again after ``RETRY_SECONDS``. Nothing happens while ZooKeeper is unreachable. Which findings are done is kept in
 memory: after a restart the recorded damage is healed once more, which rewrites the same verified
 copies.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 
 from prometheus_client.core import CounterMetricFamily
@@ -27,6 +28,7 @@ from scanner.metadata.store import MetadataUnavailable
 log = logging.getLogger(__name__)
 _RETRIED = {Action.FAILED}
 ENTRIES_PER_CYCLE = 100  # keeps a cycle short, so stopping the agent never waits long on it
+RETRY_SECONDS = 600.0  # a peer down or a bookie refusing: not worth asking again every cycle
 
 
 class Healing:
@@ -38,13 +40,16 @@ class Healing:
         self.entries_per_second = entries_per_second
         self.counts: Counter[tuple[str, str]] = Counter()  # results by (action, verdict) since start
         self._done: set[str] = set()
+        self._retry_at: dict[str, float] = {}  # finding key -> monotonic time of its next try
         self._lock = threading.Lock()
 
     def heal_pending(self) -> int:
         """Heal what was recorded and not settled yet; the number of entries healed."""
         with self._lock:
+            now = time.monotonic()
             pending = [f for f in self.book.findings()
-                       if f.category.needs_rereplication and f.entries and finding_key(f) not in self._done]
+                       if f.category.needs_rereplication and f.entries and finding_key(f) not in self._done
+                       and self._retry_at.get(finding_key(f), now) <= now]
             if not pending or not self.metadata.connected:
                 return 0
             try:
@@ -55,11 +60,17 @@ class Healing:
                 log.warning("heal cycle cut short (%s): will retry", exc)
                 return 0
             judged = {r.ledger_id for r in report.results} | {n.ledger_id for n in report.not_healable}
-            retry = {r.ledger_id for r in report.results if r.action in _RETRIED or r.verdict is Verdict.UNRESOLVED}
-            retry |= {f.ledger_id for f in pending if f.ledger_id not in judged}  # beyond this cycle's share
             if report.left_over and report.results:
-                retry.add(report.results[-1].ledger_id)  # its last entries may be in the next share
-            self._done |= {finding_key(f) for f in pending if f.ledger_id not in retry}
+                judged.discard(report.results[-1].ledger_id)  # its last entries may be in the next share
+            retry = {r.ledger_id for r in report.results if r.action in _RETRIED or r.verdict is Verdict.UNRESOLVED}
+            # Findings of ledgers not judged (beyond this cycle's share) stay pending for the next cycle.
+            for finding in pending:
+                key = finding_key(finding)
+                if finding.ledger_id in retry:
+                    self._retry_at[key] = now + RETRY_SECONDS
+                elif finding.ledger_id in judged:
+                    self._done.add(key)
+                    self._retry_at.pop(key, None)
             for r in report.results:
                 self.counts[r.action.value, r.verdict.value] += 1
                 level = logging.ERROR if r.verdict in (Verdict.DIVERGENT, Verdict.WRITE_PATH) else logging.WARNING
