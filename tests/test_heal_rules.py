@@ -108,11 +108,13 @@ def test_the_report_shouts_divergence_and_settles_only_when_everything_healed():
     healed = HealReport(A, dry_run=False, results=[result(1, Verdict.LOCAL_ROT, Action.HEALED)])
     assert healed.settled and healed.counts() == {"healed": 1}
     loud = HealReport(A, dry_run=False, results=[result(1, Verdict.LOCAL_ROT, Action.HEALED),
-                                                 result(2, Verdict.DIVERGENT, Action.LEFT_ALONE)],
+                                                 result(2, Verdict.DIVERGENT, Action.LEFT_ALONE),
+                                                 result(3, Verdict.LOCAL_ROT, Action.HEALED)],
                       not_healable=[NotHealable(7, ((9, 12),), "ledger deleted")])
     text = loud.to_text()
     assert not loud.settled
     assert "ledger 7 entry 2: divergent, left_alone: DIVERGENT REPLICAS: why" in text
+    assert "ledger 7 entries 1, 3: local_rot, healed: why" in text
     assert "ledger 7 entries 9-12: not healed here: ledger deleted" in text
     assert not HealReport(A, dry_run=True, results=[result(1, Verdict.LOCAL_ROT, Action.HEALED)]).settled
 

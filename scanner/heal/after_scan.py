@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scanner.checks.findings import Finding
+from scanner.checks.findings import EntryRanges, Finding, to_ranges
 from scanner.heal.healer import Action, Healer, HealResult
 from scanner.heal.journal import HealJournal
 from scanner.heal.targets import NotHealable, damaged_entries, plan_heals
@@ -47,12 +47,16 @@ class HealReport:
     def to_text(self) -> str:
         mode = "dry run: nothing written" if self.dry_run else "healing"
         lines = [f"heal of bookie {self.bookie_id} ({mode})"]
+        # Entries of a ledger with the same outcome, for the same reason, on one line.
+        grouped: dict[tuple, list[int]] = {}
         for r in self.results:
-            loud = "DIVERGENT REPLICAS: " if r.verdict is Verdict.DIVERGENT else ""
-            lines.append(f"  ledger {r.ledger_id} entry {r.entry_id}: {r.verdict.value}, {r.action.value}: {loud}{r.detail}")
+            grouped.setdefault((r.ledger_id, r.verdict, r.action, r.detail), []).append(r.entry_id)
+        for (ledger_id, verdict, action, detail), entry_ids in grouped.items():
+            loud = "DIVERGENT REPLICAS: " if verdict is Verdict.DIVERGENT else ""
+            lines.append(f"  ledger {ledger_id} {_entries_text(to_ranges(entry_ids))}: {verdict.value}, "
+                         f"{action.value}: {loud}{detail}")
         for n in self.not_healable:
-            ranges = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in n.entries)
-            lines.append(f"  ledger {n.ledger_id} entries {ranges}: not healed here: {n.reason}")
+            lines.append(f"  ledger {n.ledger_id} {_entries_text(n.entries)}: not healed here: {n.reason}")
         if self.left_over:
             lines.append(f"  {self.left_over} more healable entries left for the next run (--max-entries)")
         if len(lines) == 1:
@@ -60,6 +64,11 @@ class HealReport:
         else:
             lines.append("  " + ", ".join(f"{k} {v}" for k, v in self.counts().items()))
         return "\n".join(lines) + "\n"
+
+
+def _entries_text(ranges: EntryRanges) -> str:
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)
+    return f"entry {text}" if ranges == ((ranges[0][0], ranges[0][0]),) else f"entries {text}"
 
 
 def heal_damage(store, bookie_id: str, findings: list[Finding], *, dry_run: bool = True,
