@@ -194,7 +194,8 @@ class LiveBookie:
             if process.poll() is not None:
                 raise LiveClusterError(f"{self.name} exited with status {process.returncode}: see {self.log}")
             if time.monotonic() > deadline:
-                raise LiveClusterError(f"{self.name} does not listen on {self.port} after {timeout:.0f} s: see {self.log}")
+                raise LiveClusterError(
+                    f"{self.name} does not listen on {self.port} after {timeout:.0f} s: see {self.log}")
             time.sleep(0.2)
         if not self.cluster.registered(self.bookie_id, max(1.0, deadline - time.monotonic())):
             raise LiveClusterError(f"{self.name} did not register in ZooKeeper within {timeout:.0f} s: see {self.log}")

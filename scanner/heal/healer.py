@@ -110,8 +110,8 @@ class Healer:
         if not back.ok:
             return result(Action.FAILED, f"read back from {self.bookie_id}: {code_name(back.code)}")
         if back.body != judgement.good_copy:
-            return result(Action.FAILED, f"read back from {self.bookie_id}: not the copy sent "
-                                         f"({judge_copy(target.ledger_id, target.entry_id, back.body, verifier).value})")
+            state = judge_copy(target.ledger_id, target.entry_id, back.body, verifier)
+            return result(Action.FAILED, f"read back from {self.bookie_id}: not the copy sent ({state.value})")
         return result(Action.HEALED, f"{judgement.detail}; recovery add accepted and read back verified")
 
     async def _peer_copy(self, peer: str, target: HealTarget, verifier: DigestVerifier) -> PeerCopy:

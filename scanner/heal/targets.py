@@ -51,6 +51,8 @@ def heal_targets(ledger_id: int, entries: EntryRanges, meta: LedgerMetadata | No
                                                     "(a ledger of BookKeeper 4.1 or older): copies cannot be verified")]
     targets: list[HealTarget] = []
     refused: dict[str, list[int]] = defaultdict(list)
+    open_fragment = f"in the last fragment of an {meta.state.name} ledger: the writer may still add to it"
+    moved = "this bookie does not hold it in the current metadata (an ensemble change moved it)"
     fragments = meta.fragments()
     for entry_id in _each(entries):
         fragment = next((f for f in fragments if _within(f, entry_id)), None)
@@ -58,11 +60,11 @@ def heal_targets(ledger_id: int, entries: EntryRanges, meta: LedgerMetadata | No
             refused["past the ledger's last entry"].append(entry_id)
             continue
         if fragment.last_entry_id is None:
-            refused[f"in the last fragment of an {meta.state.name} ledger: the writer may still add to it"].append(entry_id)
+            refused[open_fragment].append(entry_id)
             continue
         index = fragment.bookie_index(bookie_id)
         if index is None or not fragment.holds(index, entry_id):
-            refused["this bookie does not hold it in the current metadata (an ensemble change moved it)"].append(entry_id)
+            refused[moved].append(entry_id)
             continue
         peers = tuple(fragment.bookies[i] for i in fragment.write_set(entry_id) if i != index)
         targets.append(HealTarget(ledger_id, entry_id, peers))
@@ -81,7 +83,8 @@ def plan_heals(damage: Mapping[int, EntryRanges], metadata: Mapping[int, LedgerM
 
 
 def _within(fragment: Fragment, entry_id: int) -> bool:
-    return fragment.first_entry_id <= entry_id and (fragment.last_entry_id is None or entry_id <= fragment.last_entry_id)
+    last = fragment.last_entry_id
+    return fragment.first_entry_id <= entry_id and (last is None or entry_id <= last)
 
 
 def _each(entries: EntryRanges) -> Iterator[int]:
