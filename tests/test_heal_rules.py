@@ -126,3 +126,9 @@ def test_bad_options_are_one_line_usage_errors(capsys, tmp_path):
         status = main(["heal", *scan_args("bookie1"), "--metadata", f"file:{CORPUS / 'zk-dump.json'}", *extra])
         err = capsys.readouterr().err
         assert status == 2 and len(err.strip().splitlines()) == 1 and err.startswith("bookie-scanner heal: "), err
+
+
+def test_mac_copies_verify_only_with_the_ledgers_password():
+    stored = build_entry(7, 3, 2, 500, b"m" * 64, DigestType.HMAC, b"pw")
+    assert judge_copy(7, 3, stored, DigestVerifier(DigestType.HMAC, b"pw")) is CopyState.VERIFIES
+    assert judge_copy(7, 3, stored, DigestVerifier(DigestType.HMAC, b"other")) is CopyState.BAD
