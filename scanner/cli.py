@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "pause",
     "export",
     "audit",
+    "heal",
 )
 
 EXIT_USAGE = 2

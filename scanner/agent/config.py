@@ -50,6 +50,8 @@ class AgentConfig:
     throttle: ThrottleConfig
     mark: bool
     repair_command: str | None
+    heal: bool = False
+    heal_entries_per_second: float | None = 10.0
 
 
 _KNOWN = {
@@ -59,7 +61,7 @@ _KNOWN = {
               "suspect_limit"},
     "throttle": {"bytes_per_second", "entries_per_second", "window_hours", "window_days", "outside_rate",
                  "busy_threshold", "idle_threshold", "floor", "disk_backoff"},
-    "repair": {"mark", "repair_command"},
+    "repair": {"mark", "repair_command", "heal", "heal_entries_per_second"},
 }
 
 
@@ -158,6 +160,8 @@ def load_config(path: Path) -> AgentConfig:
         throttle=_throttle(throttle),
         mark=repair.flag("mark", False),
         repair_command=repair.text("repair_command"),
+        heal=repair.flag("heal", False),
+        heal_entries_per_second=repair.number("heal_entries_per_second", 10) or None,
     )
 
 

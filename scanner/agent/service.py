@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
 MARK_SECONDS = 5.0
 FOLLOW_UP_SECONDS = 3600.0
+HEAL_SECONDS = 5.0
 CONNECT_RETRY_SECONDS = 5.0
 STOP_JOIN_SECONDS = 30.0
 
@@ -82,6 +83,7 @@ class Agent:
         self._paused = control.is_paused(self.state_dir)
         self.metadata: CachedMetadata | None = None
         self.marking = None
+        self.healing = None
         self.workers: list[LedgerDirWorker] = []
         self.entries_verified: dict[str, CarriedTotal] = {}
         self._behind: set[str] = set()  # ledger dirs whose pass the configured rate cannot finish in time
@@ -149,6 +151,14 @@ class Agent:
 
             self.marking = Marking(self.metadata, self.book, self.layout.bookie_id, self.state_dir,
                                    self.config.repair_command)
+        if self.config.heal:
+            if self.metadata.client is None:
+                raise StartupError(f"{self.config.source}: [repair] heal needs ZooKeeper metadata, not {self.metadata_uri}")
+            from scanner.agent.healing import Healing
+
+            self.healing = Healing(self.metadata, self.book, self.layout.bookie_id, self.state_dir,
+                                   self.config.heal_entries_per_second)
+            self.registry.register(self.healing)
         return True
 
     def _start_workers(self) -> None:
@@ -185,6 +195,8 @@ class Agent:
             add(self.marking.file_pending, "interval", seconds=MARK_SECONDS, id="marks",
                 next_run_time=_now_datetime())
             add(self._follow_up, "interval", seconds=FOLLOW_UP_SECONDS, id="follow-up")
+        if self.healing is not None:
+            add(self.healing.heal_pending, "interval", seconds=HEAL_SECONDS, id="heal", next_run_time=_now_datetime())
         if self.notifier.watchdog_interval:
             add(self._watchdog, "interval", seconds=self.notifier.watchdog_interval, id="watchdog",
                 next_run_time=_now_datetime())
@@ -310,7 +322,7 @@ class Agent:
             log.error("reload refused, keeping the running config: %s", exc)
             return
         unchanged = ("bookie_conf", "ledger_dirs", "bookie_id", "metadata_uri", "state_dir", "listen_host",
-                     "listen_port", "mark")
+                     "listen_port", "mark", "heal")
         for name in unchanged:
             if getattr(config, name) != getattr(self.config, name):
                 log.warning("reload: %s changed; it takes effect at the next restart", name)
