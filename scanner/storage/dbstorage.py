@@ -82,7 +82,8 @@ class ReadOnlyRocksDb:
             os.unlink(self._view / stale)
         for name in os.listdir(self.path):
             if _DB_FILES.fullmatch(name):
-                os.symlink(self.path / name, self._view / name)
+                # absolute: a relative target would resolve against our scratch dir, not the caller's cwd
+                os.symlink(self.path.absolute() / name, self._view / name)
 
     def __enter__(self) -> "ReadOnlyRocksDb":
         return self
