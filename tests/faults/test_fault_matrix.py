@@ -1,0 +1,300 @@
+"""The fault matrix: every kind of damage, injected into copies of every corpus bookie, is reported exactly.
+
+Each fault hits one spot of a real bookie written by BookKeeper 4.16.7 (Interleaved, Sorted and
+DbLedgerStorage) and names what the scan must add to the clean copy's report: category, ledger,
+entry, entry log (and the offset where it names one spot), nothing more; or why nothing is right.
+Faults whose finding needs the reworked entry-log pass are in test_pending_core.py.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from faults.inject import append, index_file, move_location_key, overwrite, set_location, truncate, xor_byte
+from faults.matrix import Expect, Fault, cases, check_fault
+from faults.pristine import PAGE, RECORDS_START, Log, Pristine, Record
+
+_INT = struct.Struct(">i")
+_ENTRY_HEADER = 32
+_LARGEST_DIGEST = 20  # HMAC-SHA1
+
+
+def corrupt(log: Log, record: Record, at: Record | None = None) -> tuple:
+    at = at or record
+    return ("corrupt_entry", record.ledger_id, record.entry_id, log.entry_log_id, at.pos)
+
+
+def lost(log: Log, entries) -> set[tuple]:
+    return {("lost_entry", ledger, entry, log.entry_log_id, None) for ledger, entry in entries}
+
+
+def damaged(log: Log, offset: int, ledger_id: int | None = None) -> tuple:
+    return ("damaged_entry_log", ledger_id, None, log.entry_log_id, offset)
+
+
+def expect(*keys, said: tuple[str, ...] = ()) -> Expect:
+    flat = set()
+    for key in keys:
+        flat.update(key if isinstance(key, set) else {key})
+    return Expect(frozenset(flat), said)
+
+
+def nothing(because: str) -> Expect:
+    return Expect(unnoticed_because=because)
+
+
+def _victim(model: Pristine) -> tuple[Log, Record]:
+    log = model.finished_log()
+    return log, model.victim(log)
+
+
+def _log_path(copy, log: Log):
+    return copy / "current" / log.name
+
+
+# --- a byte flipped in each region of a record -----------------------------------------------
+
+
+def record_length_prefix(model, copy):
+    # 0x40 in the top byte: a length no bookie accepts. The walk cannot frame past it; the entry is unreadable.
+    log, victim = _victim(model)
+    xor_byte(_log_path(copy, log), victim.prefix, 0x40)
+    return expect(damaged(log, victim.prefix), lost(log, {(victim.ledger_id, victim.entry_id)}))
+
+
+def record_ledger_id(model, copy):
+    # Now it names another live ledger: the index's location holds the wrong entry (BookKeeper: "bad entry").
+    log, victim = _victim(model)
+    bit = next(b for b in range(8) if model.is_live(victim.ledger_id ^ (1 << b)))
+    xor_byte(_log_path(copy, log), victim.pos + 7, 1 << bit)
+    return expect(corrupt(log, victim))
+
+
+def record_entry_id(model, copy):
+    log, victim = _victim(model)
+    xor_byte(_log_path(copy, log), victim.pos + 15, 0x01)
+    return expect(corrupt(log, victim))
+
+
+def record_last_add_confirmed(model, copy):
+    log, victim = _victim(model)
+    xor_byte(_log_path(copy, log), victim.pos + 23, 0x01)
+    return expect(corrupt(log, victim))
+
+
+def record_entry_length(model, copy):
+    log, victim = _victim(model)
+    xor_byte(_log_path(copy, log), victim.pos + 31, 0x01)
+    return expect(corrupt(log, victim))
+
+
+def record_digest(model, copy):
+    log, victim = _victim(model)
+    xor_byte(_log_path(copy, log), victim.pos + _ENTRY_HEADER, 0x01)
+    return expect(corrupt(log, victim))
+
+
+def record_payload(model, copy):
+    log, victim = _victim(model)
+    xor_byte(_log_path(copy, log), victim.end - 1, 0x01)
+    return expect(corrupt(log, victim))
+
+
+def record_payload_of_dummy_ledger(model, copy):
+    log, target = next((log, r) for log in model.logs.values() for r in log.records
+                       if model.is_live(r.ledger_id) and not model.has_digest(r.ledger_id)
+                       and model.is_indexed_copy(log, r) and r.length > _ENTRY_HEADER)
+    xor_byte(_log_path(copy, log), target.end - 1, 0x01)
+    return nothing("a DUMMY-digest ledger stores no digest: BookKeeper's client accepts any payload, "
+                   "and there is nothing to check it against")
+
+
+# --- the entry log's header ------------------------------------------------------------------
+
+
+def log_header_fingerprint(model, copy):
+    log = model.finished_log()
+    xor_byte(_log_path(copy, log), 0, 0x20)  # "BKLO" -> "bKLO"
+    return expect(damaged(log, 0))
+
+
+def log_header_version(model, copy):
+    log = model.finished_log()
+    xor_byte(_log_path(copy, log), 7, 0x06)  # version 1 -> 7
+    return expect(damaged(log, 4))
+
+
+def log_header_unused_bytes(model, copy):
+    log = model.finished_log()
+    xor_byte(_log_path(copy, log), 512, 0xFF)
+    return nothing("BookKeeper reads only the first 20 header bytes (fingerprint, version, ledgers map "
+                   "offset and count); the rest of the 1 KiB header is reserved and never read")
+
+
+# --- truncation, and a zeroed page -----------------------------------------------------------
+
+
+def truncated_at_record_boundary(model, copy):
+    # The rotated log loses its tail and its ledgers map: the header's map offset now points past the end.
+    log, victim = _victim(model)
+    truncate(_log_path(copy, log), victim.prefix)
+    return expect(damaged(log, 8), lost(log, model.lost_from(log, victim.prefix)), said=("ledgers map",))
+
+
+def truncated_mid_record(model, copy):
+    log, victim = _victim(model)
+    truncate(_log_path(copy, log), victim.pos + victim.length // 2)
+    return expect(damaged(log, 8), damaged(log, victim.prefix, victim.ledger_id),
+                  lost(log, model.lost_from(log, victim.prefix)))
+
+
+def zeroed_page(model, copy):
+    log = model.finished_log()
+    page, cut, inside = _page_to_zero(model, log)
+    overwrite(_log_path(copy, log), page, bytes(PAGE))
+    keys = {damaged(log, inside[0].prefix)} | lost(log, {(r.ledger_id, r.entry_id) for r in inside
+                                                          if model.is_indexed_copy(log, r)
+                                                          and model.owes(r.ledger_id, r.entry_id)})
+    if cut is not None and model.is_indexed_copy(log, cut) and model.owes(cut.ledger_id, cut.entry_id) \
+            and model.has_digest(cut.ledger_id):
+        keys.add(corrupt(log, cut))  # its payload runs into the zeroed page
+    return expect(keys)
+
+
+def _page_to_zero(model: Pristine, log: Log) -> tuple[int, Record | None, list[Record]]:
+    """A 4 KiB-aligned page near the middle of the log's records: (offset, the record it cuts into, records
+    starting in it). Chosen so the cut record keeps its header and digest and every record starting in the
+    page has its whole length prefix zeroed, so what each record suffers is certain."""
+    first = -(-RECORDS_START // PAGE) * PAGE
+    candidates = []
+    for page in range(first, log.records_end - PAGE, PAGE):
+        inside = [r for r in log.records if page <= r.prefix < page + PAGE]
+        cut = next((r for r in log.records if r.prefix < page < r.end), None)
+        if not inside or any(r.prefix > page + PAGE - 4 for r in inside):
+            continue
+        if cut is not None and cut.pos + _ENTRY_HEADER + _LARGEST_DIGEST > page:
+            continue
+        candidates.append((page, cut, inside))
+    assert candidates, f"no page to zero in entry log {log.entry_log_id}"
+    return min(candidates, key=lambda c: abs(c[0] - log.records_end // 2))
+
+
+def torn_tail_of_newest_log(model, copy):
+    log = model.newest_log()
+    last = log.records[-1]
+    header = _INT.pack(1000) + struct.pack(">qq", last.ledger_id, last.entry_id + 1)
+    append(_log_path(copy, log), header + bytes(100))  # a record of 1000 bytes, cut after 116
+    return nothing("a half-written record at the end of the log the bookie is still writing, with no index "
+                   "entry pointing into it, is a write in progress (BookKeeper appends past it)")
+
+
+# --- .idx files ------------------------------------------------------------------------------
+
+
+def _unreadable_index(model, copy, offset: int, mask: int):
+    _, victim = _victim(model)
+    xor_byte(index_file(copy, victim.ledger_id), offset, mask)
+    return _missing_ledger(model, victim.ledger_id, "unreadable")
+
+
+def _missing_ledger(model: Pristine, ledger_id: int, why: str) -> Expect:
+    keys = {("missing_ledger", ledger_id, e, None, None) for e in model.owed_entries(ledger_id)}
+    return expect(keys, said=(why, "still sit in entry log"))
+
+
+def index_signature(model, copy):
+    return _unreadable_index(model, copy, 0, 0x20)  # "BKLE" -> "bKLE"
+
+
+def index_version(model, copy):
+    return _unreadable_index(model, copy, 7, 0x06)
+
+
+def index_master_key_length(model, copy):
+    return _unreadable_index(model, copy, 10, 0x10)  # a key longer than the header
+
+
+def index_unused_header_bytes(model, copy):
+    _, victim = _victim(model)
+    xor_byte(index_file(copy, victim.ledger_id), 1000, 0xFF)
+    return nothing("BookKeeper's index header is signature, version, master key, state bits and the "
+                   "explicit-LAC buffer; the padding after them up to 1 KiB is never read")
+
+
+def index_file_deleted(model, copy):
+    _, victim = _victim(model)
+    index_file(copy, victim.ledger_id).unlink()
+    return _missing_ledger(model, victim.ledger_id, "no local index")
+
+
+# --- locations: .idx slots and RocksDB location values ---------------------------------------
+
+
+def location_removed(model, copy):
+    log, victim = _victim(model)
+    set_location(copy, model.storage_kind, victim.ledger_id, victim.entry_id, None)
+    return expect(("missing_entry", victim.ledger_id, victim.entry_id, None, None))
+
+
+def location_at_another_entry(model, copy):
+    log, victim = _victim(model)
+    other_log, other = _another_entry_of(model, victim)
+    set_location(copy, model.storage_kind, victim.ledger_id, victim.entry_id, (other_log.entry_log_id, other.pos))
+    return expect(corrupt(other_log, victim, at=other), said=(f"found ledger {other.ledger_id} entry {other.entry_id}",))
+
+
+def _another_entry_of(model: Pristine, victim: Record) -> tuple[Log, Record]:
+    return min(((log, r) for log in model.logs.values() for r in log.records
+                if r.ledger_id == victim.ledger_id and r.entry_id != victim.entry_id
+                and model.is_indexed_copy(log, r)),
+               key=lambda lr: abs(lr[1].entry_id - victim.entry_id))
+
+
+def location_past_log_end(model, copy):
+    log, victim = _victim(model)
+    set_location(copy, model.storage_kind, victim.ledger_id, victim.entry_id, (log.entry_log_id, log.size + PAGE))
+    return expect(lost(log, {(victim.ledger_id, victim.entry_id)}))
+
+
+def location_key_renamed_past_ledger_end(model, copy):
+    log, victim = _victim(model)
+    move_location_key(copy, victim.ledger_id, victim.entry_id, victim.entry_id + 1_000_000)
+    # The stray key names an entry past the closed ledger's last: no reader ever asks for it.
+    return expect(("missing_entry", victim.ledger_id, victim.entry_id, None, None))
+
+
+ALL = frozenset({"interleaved", "sorted", "db"})
+INDEX_FILES = frozenset({"interleaved", "sorted"})
+FAULTS = [
+    Fault("record-length-prefix", record_length_prefix),
+    Fault("record-ledger-id", record_ledger_id),
+    Fault("record-entry-id", record_entry_id),
+    Fault("record-last-add-confirmed", record_last_add_confirmed),
+    Fault("record-entry-length", record_entry_length),
+    Fault("record-digest", record_digest),
+    Fault("record-payload", record_payload),
+    Fault("record-payload-dummy-digest", record_payload_of_dummy_ledger),
+    Fault("log-header-fingerprint", log_header_fingerprint),
+    Fault("log-header-version", log_header_version),
+    Fault("log-header-unused-bytes", log_header_unused_bytes),
+    Fault("truncated-at-record-boundary", truncated_at_record_boundary, needs_finished_log=True),
+    Fault("truncated-mid-record", truncated_mid_record, needs_finished_log=True),
+    Fault("zeroed-4k-page", zeroed_page, needs_finished_log=True),
+    Fault("torn-tail-of-newest-log", torn_tail_of_newest_log),
+    Fault("index-signature", index_signature, INDEX_FILES),
+    Fault("index-version", index_version, INDEX_FILES),
+    Fault("index-master-key-length", index_master_key_length, INDEX_FILES),
+    Fault("index-unused-header-bytes", index_unused_header_bytes, INDEX_FILES),
+    Fault("index-file-deleted", index_file_deleted, INDEX_FILES),
+    Fault("location-removed", location_removed),
+    Fault("location-at-another-entry", location_at_another_entry),
+    Fault("location-past-log-end", location_past_log_end),
+    Fault("location-key-renamed-past-ledger-end", location_key_renamed_past_ledger_end, frozenset({"db"})),
+]
+
+
+@pytest.mark.parametrize("bookie, fault", cases(FAULTS))
+def test_fault_is_reported_exactly(capsys, tmp_path, bookie, fault):
+    check_fault(capsys, tmp_path, bookie, fault)
