@@ -16,6 +16,15 @@ log = logging.getLogger(__name__)
 MAX_BODY = 1 << 16
 
 
+def suspect_items(body: bytes) -> list:
+    """The JSON values of a ``POST /suspects`` body (one value or a list of them); ValueError when it is not JSON."""
+    try:
+        parsed = json.loads(body)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+    return parsed if isinstance(parsed, list) else [parsed]
+
+
 class Endpoint:
     """Serves ``agent`` on ``host:port`` (port 0: a free one) in a daemon thread."""
 
@@ -70,9 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": f"expected a JSON body of at most {MAX_BODY} bytes with Content-Length"})
             return
         try:
-            body = json.loads(self.rfile.read(int(length)))
-            items = body if isinstance(body, list) else [body]
-            queued = self.agent.add_suspects(items)
+            queued = self.agent.add_suspects(suspect_items(self.rfile.read(int(length))))
         except ValueError as exc:  # JSONDecodeError is a ValueError too
             self._json(400, {"error": str(exc)})
             return

@@ -52,6 +52,29 @@ class MisplacedLedger(DbIndexError):
     pass
 
 
+def parse_ledger_data(value: bytes, where: str) -> LedgerState:
+    """A `ledgers` DB value (``LedgerData`` protobuf); ``where`` names it in the MalformedDbRecord raised."""
+    data = LedgerData()
+    try:
+        data.ParseFromString(value)
+    except DecodeError as error:
+        raise MalformedDbRecord(f"{where}: expected a LedgerData protobuf, cannot parse: {error}") from error
+    return LedgerState(
+        master_key=data.masterKey,
+        fenced=data.fenced,
+        explicit_lac=data.explicitLac if data.HasField("explicitLac") else None,
+        limbo=data.limbo,
+    )
+
+
+def parse_location_value(value: bytes, where: str) -> EntryLocation | None:
+    """A `locations` DB value; None for 0, which BookKeeper reads as "no such entry"."""
+    if len(value) != LOCATION_VALUE.size:
+        raise MalformedDbRecord(f"{where}: expected an {LOCATION_VALUE.size}-byte location, found {len(value)} bytes")
+    raw = LOCATION_VALUE.unpack(value)[0]
+    return EntryLocation.decode(raw) if raw else None
+
+
 class ReadOnlyRocksDb:
     """One RocksDB opened read-only (a snapshot as of open) through symlinks in a directory of our own."""
 
@@ -144,19 +167,7 @@ class DbLedgerIndex:
         value = self._ledgers.get(LEDGER_KEY.pack(ledger_id))
         if value is None:
             return None
-        data = LedgerData()
-        try:
-            data.ParseFromString(value)
-        except DecodeError as error:
-            raise MalformedDbRecord(
-                f"{self._ledgers.path}: key {ledger_id}: expected a LedgerData protobuf, cannot parse: {error}"
-            ) from error
-        return LedgerState(
-            master_key=data.masterKey,
-            fenced=data.fenced,
-            explicit_lac=data.explicitLac if data.HasField("explicitLac") else None,
-            limbo=data.limbo,
-        )
+        return parse_ledger_data(value, f"{self._ledgers.path}: key {ledger_id}")
 
     def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
         """(entry id, location) of every entry of the ledger in the `locations` DB, entry id ascending."""
@@ -164,14 +175,9 @@ class DbLedgerIndex:
             key_ledger, entry_id = self._unpack_key(LOCATION_KEY, key, self._locations)
             if key_ledger != ledger_id:
                 return
-            if len(value) != LOCATION_VALUE.size:
-                raise MalformedDbRecord(
-                    f"{self._locations.path}: key ({ledger_id}, {entry_id}): expected an {LOCATION_VALUE.size}-byte "
-                    f"location, found {len(value)} bytes"
-                )
-            raw = LOCATION_VALUE.unpack(value)[0]
-            if raw:  # 0 reads as "no such entry" in BookKeeper
-                yield entry_id, EntryLocation.decode(raw)
+            location = parse_location_value(value, f"{self._locations.path}: key ({ledger_id}, {entry_id})")
+            if location is not None:
+                yield entry_id, location
 
     @staticmethod
     def _unpack_key(layout: struct.Struct, key: bytes, db: ReadOnlyRocksDb) -> tuple[int, ...]:
