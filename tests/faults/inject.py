@@ -14,6 +14,7 @@ from scanner.storage.indexfile import HEADER_SIZE, SLOT_SIZE, index_file_path
 
 _SLOT = struct.Struct(">Q")
 _LOCATION_KEY = struct.Struct(">qq")
+_LEDGER_KEY = struct.Struct(">q")
 
 
 def copy_ledger_dir(source: Path, destination: Path) -> Path:
@@ -57,7 +58,7 @@ def set_location(ledger_dir: Path, storage: str, ledger_id: int, entry_id: int,
         overwrite(index_file(ledger_dir, ledger_id), HEADER_SIZE + SLOT_SIZE * entry_id, _SLOT.pack(raw))
         return
     key = _LOCATION_KEY.pack(ledger_id, entry_id)
-    with _locations_db(ledger_dir) as db:
+    with _rocksdb(ledger_dir, "locations") as db:
         if location is None:
             del db[key]
         else:
@@ -67,16 +68,26 @@ def set_location(ledger_dir: Path, storage: str, ledger_id: int, entry_id: int,
 def move_location_key(ledger_dir: Path, ledger_id: int, entry_id: int, new_entry_id: int) -> None:
     """DbLedgerStorage: the location of (ledger, entry) filed under another entry id instead."""
     key = _LOCATION_KEY.pack(ledger_id, entry_id)
-    with _locations_db(ledger_dir) as db:
+    with _rocksdb(ledger_dir, "locations") as db:
         value = db[key]
         del db[key]
         db[_LOCATION_KEY.pack(ledger_id, new_entry_id)] = value
 
 
+def set_ledger_record(ledger_dir: Path, ledger_id: int, value: bytes | None) -> None:
+    """DbLedgerStorage: replace the ledger's `LedgerData` record in the `ledgers` DB, or remove it (None)."""
+    key = _LEDGER_KEY.pack(ledger_id)
+    with _rocksdb(ledger_dir, "ledgers") as db:
+        if value is None:
+            del db[key]
+        else:
+            db[key] = value
+
+
 @contextlib.contextmanager
-def _locations_db(ledger_dir: Path) -> Iterator[Rdict]:
-    """The copy's `locations` RocksDB opened for writing (bytes keys and values), flushed and closed after."""
-    db = Rdict(str(ledger_dir / "current" / "locations"), options=Options(raw_mode=True))
+def _rocksdb(ledger_dir: Path, name: str) -> Iterator[Rdict]:
+    """One of the copy's RocksDBs opened for writing (bytes keys and values), flushed and closed after."""
+    db = Rdict(str(ledger_dir / "current" / name), options=Options(raw_mode=True))
     try:
         yield db
     finally:

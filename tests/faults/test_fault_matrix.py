@@ -12,9 +12,12 @@ import struct
 
 import pytest
 
-from faults.inject import append, index_file, move_location_key, overwrite, set_location, truncate, xor_byte
-from faults.matrix import Expect, Fault, cases, check_fault
-from faults.pristine import PAGE, RECORDS_START, Log, Pristine, Record
+from corpus import BOOKIES
+from faults.inject import (append, copy_ledger_dir, index_file, move_location_key, overwrite, set_ledger_record,
+                           set_location, truncate, xor_byte)
+from faults.matrix import Expect, Fault, cases, check_fault, storage_of
+from faults.pristine import PAGE, RECORDS_START, Log, Pristine, Record, pristine
+from scanner.cli import main
 
 _INT = struct.Struct(">i")
 _ENTRY_HEADER = 32
@@ -242,7 +245,8 @@ def location_at_another_entry(model, copy):
     log, victim = _victim(model)
     other_log, other = _another_entry_of(model, victim)
     set_location(copy, model.storage_kind, victim.ledger_id, victim.entry_id, (other_log.entry_log_id, other.pos))
-    return expect(corrupt(other_log, victim, at=other), said=(f"found ledger {other.ledger_id} entry {other.entry_id}",))
+    return expect(corrupt(other_log, victim, at=other),
+                  said=(f"found ledger {other.ledger_id} entry {other.entry_id}",))
 
 
 def _another_entry_of(model: Pristine, victim: Record) -> tuple[Log, Record]:
@@ -265,8 +269,23 @@ def location_key_renamed_past_ledger_end(model, copy):
     return expect(("missing_entry", victim.ledger_id, victim.entry_id, None, None))
 
 
-ALL = frozenset({"interleaved", "sorted", "db"})
+# --- DbLedgerStorage's `ledgers` DB ----------------------------------------------------------
+
+
+def ledger_record_removed(model, copy):
+    _, victim = _victim(model)
+    set_ledger_record(copy, victim.ledger_id, None)
+    return _missing_ledger(model, victim.ledger_id, "no local index")
+
+
+def ledger_record_garbled(model, copy):
+    _, victim = _victim(model)
+    set_ledger_record(copy, victim.ledger_id, b"\x08\x01\x1a\xff\xff\xff\xff\x07")  # masterKey claims 2 GiB
+    return _missing_ledger(model, victim.ledger_id, "LedgerData")
+
+
 INDEX_FILES = frozenset({"interleaved", "sorted"})
+DB = frozenset({"db"})
 FAULTS = [
     Fault("record-length-prefix", record_length_prefix),
     Fault("record-ledger-id", record_ledger_id),
@@ -291,10 +310,23 @@ FAULTS = [
     Fault("location-removed", location_removed),
     Fault("location-at-another-entry", location_at_another_entry),
     Fault("location-past-log-end", location_past_log_end),
-    Fault("location-key-renamed-past-ledger-end", location_key_renamed_past_ledger_end, frozenset({"db"})),
+    Fault("location-key-renamed-past-ledger-end", location_key_renamed_past_ledger_end, DB),
+    Fault("ledger-record-removed", ledger_record_removed, DB),
+    Fault("ledger-record-garbled", ledger_record_garbled, DB),
 ]
 
 
 @pytest.mark.parametrize("bookie, fault", cases(FAULTS))
 def test_fault_is_reported_exactly(capsys, tmp_path, bookie, fault):
     check_fault(capsys, tmp_path, bookie, fault)
+
+
+@pytest.mark.parametrize("bookie", [b for b in BOOKIES if storage_of(b) == "db"])
+def test_an_index_rocksdb_that_cannot_open_is_one_line_and_exit_2(capsys, tmp_path, bookie):
+    model = pristine(bookie, capsys)
+    copy = copy_ledger_dir(model.ledger_dir, tmp_path / "ledgers")
+    (copy / "current" / "locations" / "CURRENT").write_text("MANIFEST-999999\n")  # names a manifest that is gone
+    assert main(["scan", *model.scan_args(copy), "--format", "json"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("bookie-scanner scan: cannot read the bookie's DbLedgerStorage index: ")
+    assert "locations" in line and "MANIFEST-999999" in line
