@@ -13,48 +13,15 @@ import struct
 import pytest
 
 from corpus import BOOKIES
-from faults.inject import (append, copy_ledger_dir, index_file, move_location_key, overwrite, set_ledger_record,
-                           set_location, truncate, xor_byte)
-from faults.matrix import Expect, Fault, cases, check_fault, storage_of
-from faults.pristine import PAGE, RECORDS_START, Log, Pristine, Record, pristine
+from faults.inject import (append, copy_ledger_dir, index_file, move_location_key, set_ledger_record, set_location,
+                           xor_byte)
+from faults.matrix import (ENTRY_HEADER, Expect, Fault, cases, check_fault, corrupt, cut_at_record, cut_inside_record,
+                           damaged, expect, log_path, lost, nothing, storage_of, victim_of_finished_log,
+                           zero_a_page)
+from faults.pristine import PAGE, Log, Pristine, Record, pristine
 from scanner.cli import main
 
 _INT = struct.Struct(">i")
-_ENTRY_HEADER = 32
-_LARGEST_DIGEST = 20  # HMAC-SHA1
-
-
-def corrupt(log: Log, record: Record, at: Record | None = None) -> tuple:
-    at = at or record
-    return ("corrupt_entry", record.ledger_id, record.entry_id, log.entry_log_id, at.pos)
-
-
-def lost(log: Log, entries) -> set[tuple]:
-    return {("lost_entry", ledger, entry, log.entry_log_id, None) for ledger, entry in entries}
-
-
-def damaged(log: Log, offset: int, ledger_id: int | None = None) -> tuple:
-    return ("damaged_entry_log", ledger_id, None, log.entry_log_id, offset)
-
-
-def expect(*keys, said: tuple[str, ...] = ()) -> Expect:
-    flat = set()
-    for key in keys:
-        flat.update(key if isinstance(key, set) else {key})
-    return Expect(frozenset(flat), said)
-
-
-def nothing(because: str) -> Expect:
-    return Expect(unnoticed_because=because)
-
-
-def _victim(model: Pristine) -> tuple[Log, Record]:
-    log = model.finished_log()
-    return log, model.victim(log)
-
-
-def _log_path(copy, log: Log):
-    return copy / "current" / log.name
 
 
 # --- a byte flipped in each region of a record -----------------------------------------------
@@ -62,54 +29,54 @@ def _log_path(copy, log: Log):
 
 def record_length_prefix(model, copy):
     # 0x40 in the top byte: a length no bookie accepts. The walk cannot frame past it; the entry is unreadable.
-    log, victim = _victim(model)
-    xor_byte(_log_path(copy, log), victim.prefix, 0x40)
+    log, victim = victim_of_finished_log(model)
+    xor_byte(log_path(copy, log), victim.prefix, 0x40)
     return expect(damaged(log, victim.prefix), lost(log, {(victim.ledger_id, victim.entry_id)}))
 
 
 def record_ledger_id(model, copy):
     # Now it names another live ledger: the index's location holds the wrong entry (BookKeeper: "bad entry").
-    log, victim = _victim(model)
+    log, victim = victim_of_finished_log(model)
     bit = next(b for b in range(8) if model.is_live(victim.ledger_id ^ (1 << b)))
-    xor_byte(_log_path(copy, log), victim.pos + 7, 1 << bit)
+    xor_byte(log_path(copy, log), victim.pos + 7, 1 << bit)
     return expect(corrupt(log, victim))
 
 
 def record_entry_id(model, copy):
-    log, victim = _victim(model)
-    xor_byte(_log_path(copy, log), victim.pos + 15, 0x01)
+    log, victim = victim_of_finished_log(model)
+    xor_byte(log_path(copy, log), victim.pos + 15, 0x01)
     return expect(corrupt(log, victim))
 
 
 def record_last_add_confirmed(model, copy):
-    log, victim = _victim(model)
-    xor_byte(_log_path(copy, log), victim.pos + 23, 0x01)
+    log, victim = victim_of_finished_log(model)
+    xor_byte(log_path(copy, log), victim.pos + 23, 0x01)
     return expect(corrupt(log, victim))
 
 
 def record_entry_length(model, copy):
-    log, victim = _victim(model)
-    xor_byte(_log_path(copy, log), victim.pos + 31, 0x01)
+    log, victim = victim_of_finished_log(model)
+    xor_byte(log_path(copy, log), victim.pos + 31, 0x01)
     return expect(corrupt(log, victim))
 
 
 def record_digest(model, copy):
-    log, victim = _victim(model)
-    xor_byte(_log_path(copy, log), victim.pos + _ENTRY_HEADER, 0x01)
+    log, victim = victim_of_finished_log(model)
+    xor_byte(log_path(copy, log), victim.pos + ENTRY_HEADER, 0x01)
     return expect(corrupt(log, victim))
 
 
 def record_payload(model, copy):
-    log, victim = _victim(model)
-    xor_byte(_log_path(copy, log), victim.end - 1, 0x01)
+    log, victim = victim_of_finished_log(model)
+    xor_byte(log_path(copy, log), victim.end - 1, 0x01)
     return expect(corrupt(log, victim))
 
 
 def record_payload_of_dummy_ledger(model, copy):
     log, target = next((log, r) for log in model.logs.values() for r in log.records
                        if model.is_live(r.ledger_id) and not model.has_digest(r.ledger_id)
-                       and model.is_indexed_copy(log, r) and r.length > _ENTRY_HEADER)
-    xor_byte(_log_path(copy, log), target.end - 1, 0x01)
+                       and model.is_indexed_copy(log, r) and r.length > ENTRY_HEADER)
+    xor_byte(log_path(copy, log), target.end - 1, 0x01)
     return nothing("a DUMMY-digest ledger stores no digest: BookKeeper's client accepts any payload, "
                    "and there is nothing to check it against")
 
@@ -119,19 +86,19 @@ def record_payload_of_dummy_ledger(model, copy):
 
 def log_header_fingerprint(model, copy):
     log = model.finished_log()
-    xor_byte(_log_path(copy, log), 0, 0x20)  # "BKLO" -> "bKLO"
+    xor_byte(log_path(copy, log), 0, 0x20)  # "BKLO" -> "bKLO"
     return expect(damaged(log, 0))
 
 
 def log_header_version(model, copy):
     log = model.finished_log()
-    xor_byte(_log_path(copy, log), 7, 0x06)  # version 1 -> 7
+    xor_byte(log_path(copy, log), 7, 0x06)  # version 1 -> 7
     return expect(damaged(log, 4))
 
 
 def log_header_unused_bytes(model, copy):
     log = model.finished_log()
-    xor_byte(_log_path(copy, log), 512, 0xFF)
+    xor_byte(log_path(copy, log), 512, 0xFF)
     return nothing("BookKeeper reads only the first 20 header bytes (fingerprint, version, ledgers map "
                    "offset and count); the rest of the 1 KiB header is reserved and never read")
 
@@ -141,54 +108,28 @@ def log_header_unused_bytes(model, copy):
 
 def truncated_at_record_boundary(model, copy):
     # The rotated log loses its tail and its ledgers map: the header's map offset now points past the end.
-    log, victim = _victim(model)
-    truncate(_log_path(copy, log), victim.prefix)
-    return expect(damaged(log, 8), lost(log, model.lost_from(log, victim.prefix)), said=("ledgers map",))
+    log = model.finished_log()
+    _, lost_entries = cut_at_record(model, copy, log)
+    return expect(damaged(log, 8), lost_entries, said=("ledgers map",))
 
 
 def truncated_mid_record(model, copy):
-    log, victim = _victim(model)
-    truncate(_log_path(copy, log), victim.pos + victim.length // 2)
-    return expect(damaged(log, 8), damaged(log, victim.prefix, victim.ledger_id),
-                  lost(log, model.lost_from(log, victim.prefix)))
+    log = model.finished_log()
+    victim, lost_entries = cut_inside_record(model, copy, log)
+    return expect(damaged(log, 8), damaged(log, victim.prefix, victim.ledger_id), lost_entries)
 
 
 def zeroed_page(model, copy):
     log = model.finished_log()
-    page, cut, inside = _page_to_zero(model, log)
-    overwrite(_log_path(copy, log), page, bytes(PAGE))
-    keys = {damaged(log, inside[0].prefix)} | lost(log, {(r.ledger_id, r.entry_id) for r in inside
-                                                          if model.is_indexed_copy(log, r)
-                                                          and model.owes(r.ledger_id, r.entry_id)})
-    if cut is not None and model.is_indexed_copy(log, cut) and model.owes(cut.ledger_id, cut.entry_id) \
-            and model.has_digest(cut.ledger_id):
-        keys.add(corrupt(log, cut))  # its payload runs into the zeroed page
-    return expect(keys)
-
-
-def _page_to_zero(model: Pristine, log: Log) -> tuple[int, Record | None, list[Record]]:
-    """A 4 KiB-aligned page near the middle of the log's records: (offset, the record it cuts into, records
-    starting in it). Chosen so the cut record keeps its header and digest and every record starting in the
-    page has its whole length prefix zeroed, so what each record suffers is certain."""
-    first = -(-RECORDS_START // PAGE) * PAGE
-    candidates = []
-    for page in range(first, log.records_end - PAGE, PAGE):
-        inside = [r for r in log.records if page <= r.prefix < page + PAGE]
-        cut = next((r for r in log.records if r.prefix < page < r.end), None)
-        if not inside or any(r.prefix > page + PAGE - 4 for r in inside):
-            continue
-        if cut is not None and cut.pos + _ENTRY_HEADER + _LARGEST_DIGEST > page:
-            continue
-        candidates.append((page, cut, inside))
-    assert candidates, f"no page to zero in entry log {log.entry_log_id}"
-    return min(candidates, key=lambda c: abs(c[0] - log.records_end // 2))
+    first_zeroed, keys = zero_a_page(model, copy, log)
+    return expect(damaged(log, first_zeroed), keys)
 
 
 def torn_tail_of_newest_log(model, copy):
     log = model.newest_log()
     last = log.records[-1]
     header = _INT.pack(1000) + struct.pack(">qq", last.ledger_id, last.entry_id + 1)
-    append(_log_path(copy, log), header + bytes(100))  # a record of 1000 bytes, cut after 116
+    append(log_path(copy, log), header + bytes(100))  # a record of 1000 bytes, cut after 116
     return nothing("a half-written record at the end of the log the bookie is still writing, with no index "
                    "entry pointing into it, is a write in progress (BookKeeper appends past it)")
 
@@ -197,7 +138,7 @@ def torn_tail_of_newest_log(model, copy):
 
 
 def _unreadable_index(model, copy, offset: int, mask: int):
-    _, victim = _victim(model)
+    _, victim = victim_of_finished_log(model)
     xor_byte(index_file(copy, victim.ledger_id), offset, mask)
     return _missing_ledger(model, victim.ledger_id, "unreadable")
 
@@ -220,14 +161,14 @@ def index_master_key_length(model, copy):
 
 
 def index_unused_header_bytes(model, copy):
-    _, victim = _victim(model)
+    _, victim = victim_of_finished_log(model)
     xor_byte(index_file(copy, victim.ledger_id), 1000, 0xFF)
     return nothing("BookKeeper's index header is signature, version, master key, state bits and the "
                    "explicit-LAC buffer; the padding after them up to 1 KiB is never read")
 
 
 def index_file_deleted(model, copy):
-    _, victim = _victim(model)
+    _, victim = victim_of_finished_log(model)
     index_file(copy, victim.ledger_id).unlink()
     return _missing_ledger(model, victim.ledger_id, "no local index")
 
@@ -236,13 +177,13 @@ def index_file_deleted(model, copy):
 
 
 def location_removed(model, copy):
-    log, victim = _victim(model)
+    log, victim = victim_of_finished_log(model)
     set_location(copy, model.storage_kind, victim.ledger_id, victim.entry_id, None)
     return expect(("missing_entry", victim.ledger_id, victim.entry_id, None, None))
 
 
 def location_at_another_entry(model, copy):
-    log, victim = _victim(model)
+    log, victim = victim_of_finished_log(model)
     other_log, other = _another_entry_of(model, victim)
     set_location(copy, model.storage_kind, victim.ledger_id, victim.entry_id, (other_log.entry_log_id, other.pos))
     return expect(corrupt(other_log, victim, at=other),
@@ -257,13 +198,13 @@ def _another_entry_of(model: Pristine, victim: Record) -> tuple[Log, Record]:
 
 
 def location_past_log_end(model, copy):
-    log, victim = _victim(model)
+    log, victim = victim_of_finished_log(model)
     set_location(copy, model.storage_kind, victim.ledger_id, victim.entry_id, (log.entry_log_id, log.size + PAGE))
     return expect(lost(log, {(victim.ledger_id, victim.entry_id)}))
 
 
 def location_key_renamed_past_ledger_end(model, copy):
-    log, victim = _victim(model)
+    log, victim = victim_of_finished_log(model)
     move_location_key(copy, victim.ledger_id, victim.entry_id, victim.entry_id + 1_000_000)
     # The stray key names an entry past the closed ledger's last: no reader ever asks for it.
     return expect(("missing_entry", victim.ledger_id, victim.entry_id, None, None))
@@ -273,13 +214,13 @@ def location_key_renamed_past_ledger_end(model, copy):
 
 
 def ledger_record_removed(model, copy):
-    _, victim = _victim(model)
+    _, victim = victim_of_finished_log(model)
     set_ledger_record(copy, victim.ledger_id, None)
     return _missing_ledger(model, victim.ledger_id, "no local index")
 
 
 def ledger_record_garbled(model, copy):
-    _, victim = _victim(model)
+    _, victim = victim_of_finished_log(model)
     set_ledger_record(copy, victim.ledger_id, b"\x08\x01\x1a\xff\xff\xff\xff\x07")  # masterKey claims 2 GiB
     return _missing_ledger(model, victim.ledger_id, "LedgerData")
 
