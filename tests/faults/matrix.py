@@ -31,8 +31,8 @@ class Expect:
     said: tuple[str, ...] = ()
     # Why nothing is reported, for a fault BookKeeper itself would not care about.
     unnoticed_because: str | None = None
-    # damaged_entry_log offsets left to the scan (which header field or record it names)
-    any_damage_offset: bool = False
+    # damaged_entry_log findings compared by entry log only: which field or record they name is the scan's choice
+    damage_by_log_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,8 @@ def check_fault(capsys, tmp_path: Path, bookie: str, fault: Fault) -> None:
     status, report = scan(capsys, *model.scan_args(copy))
     found = finding_keys(report)
     added, wanted = found - model.baseline, expect.keys
-    if expect.any_damage_offset:
-        added, wanted = _without_damage_offsets(added), _without_damage_offsets(wanted)
+    if expect.damage_by_log_only:
+        added, wanted = _damage_by_log(added), _damage_by_log(wanted)
     assert added == wanted, report["findings"]
     assert model.baseline <= found, "the fault hid what the clean copy reports"
     details = " | ".join(f["detail"] for f in report["findings"])
@@ -85,8 +85,8 @@ def check_fault(capsys, tmp_path: Path, bookie: str, fault: Fault) -> None:
     assert status == (1 if damaging else 0)
 
 
-def _without_damage_offsets(keys) -> set:
-    return {k[:4] + (None,) if k[0] == "damaged_entry_log" else k for k in keys}
+def _damage_by_log(keys) -> set:
+    return {("damaged_entry_log", None, None, k[3], None) if k[0] == "damaged_entry_log" else k for k in keys}
 
 
 # --- finding keys ----------------------------------------------------------------------------
@@ -106,11 +106,11 @@ def damaged(log: Log, offset: int | None, ledger_id: int | None = None) -> tuple
     return ("damaged_entry_log", ledger_id, None, log.entry_log_id, offset)
 
 
-def expect(*keys, said: tuple[str, ...] = (), any_damage_offset: bool = False) -> Expect:
+def expect(*keys, said: tuple[str, ...] = (), damage_by_log_only: bool = False) -> Expect:
     flat = set()
     for key in keys:
         flat.update(key if isinstance(key, set) else {key})
-    return Expect(frozenset(flat), said, any_damage_offset=any_damage_offset)
+    return Expect(frozenset(flat), said, damage_by_log_only=damage_by_log_only)
 
 
 def nothing(because: str) -> Expect:
@@ -130,21 +130,21 @@ def log_path(copy: Path, log: Log) -> Path:
 
 
 def cut_at_record(model: Pristine, copy: Path, log: Log) -> tuple[Record, set[tuple]]:
-    """Truncate ``log`` where its victim record starts: (the victim, the lost_entry keys that follows)."""
-    victim = model.victim(log)
+    """Truncate ``log`` where an owed record starts: (that record, the lost_entry keys that follow)."""
+    victim = model.owed_record(log)
     truncate(log_path(copy, log), victim.prefix)
     return victim, lost(log, model.lost_from(log, victim.prefix))
 
 
 def cut_inside_record(model: Pristine, copy: Path, log: Log) -> tuple[Record, set[tuple]]:
-    """Truncate ``log`` half-way through its victim record (its header stays whole)."""
-    victim = model.victim(log)
+    """Truncate ``log`` half-way through an owed record (its header stays whole)."""
+    victim = model.owed_record(log)
     truncate(log_path(copy, log), victim.pos + victim.length // 2)
     return victim, lost(log, model.lost_from(log, victim.prefix))
 
 
 def zero_a_page(model: Pristine, copy: Path, log: Log) -> tuple[int, set[tuple]]:
-    """Zero a 4 KiB page of ``log``: (the first record prefix zeroed, the lost and corrupt keys that follows)."""
+    """Zero a 4 KiB page of ``log``: (the first record prefix zeroed, the lost and corrupt keys that follow)."""
     page, cut, inside = _page_to_zero(log)
     overwrite(log_path(copy, log), page, bytes(PAGE))
     keys = lost(log, {(r.ledger_id, r.entry_id) for r in inside

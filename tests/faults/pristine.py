@@ -137,6 +137,12 @@ class Pristine:
                     and self.is_indexed_copy(log, record) and record.length > 64)
         return _nearest_middle(log, [r for r in log.records if fits(r)])
 
+    def owed_record(self, log: Log) -> Record:
+        """A record near the middle of ``log`` that is the indexed copy of an entry this bookie owes (of an
+        open ledger too: the newest log may hold nothing else)."""
+        return _nearest_middle(log, [r for r in log.records if self.is_indexed_copy(log, r)
+                                     and self.owes(r.ledger_id, r.entry_id) and r.length > 64])
+
     def lost_from(self, log: Log, cut: int) -> set[tuple[int, int]]:
         """Owed entries whose indexed record in ``log`` starts at or after file offset ``cut``."""
         return {(r.ledger_id, r.entry_id) for r in log.records
