@@ -42,28 +42,13 @@ def record_ledger_id(model, copy):
     return expect(corrupt(log, victim))
 
 
-def record_entry_id(model, copy):
-    log, victim = victim_of_finished_log(model)
-    xor_byte(log_path(copy, log), victim.pos + 15, 0x01)
-    return expect(corrupt(log, victim))
-
-
-def record_last_add_confirmed(model, copy):
-    log, victim = victim_of_finished_log(model)
-    xor_byte(log_path(copy, log), victim.pos + 23, 0x01)
-    return expect(corrupt(log, victim))
-
-
-def record_entry_length(model, copy):
-    log, victim = victim_of_finished_log(model)
-    xor_byte(log_path(copy, log), victim.pos + 31, 0x01)
-    return expect(corrupt(log, victim))
-
-
-def record_digest(model, copy):
-    log, victim = victim_of_finished_log(model)
-    xor_byte(log_path(copy, log), victim.pos + ENTRY_HEADER, 0x01)
-    return expect(corrupt(log, victim))
+def record_byte(offset_in_entry: int):
+    """A byte of the victim's stored entry flipped: every header field and the digest are under the digest."""
+    def inject(model, copy):
+        log, victim = victim_of_finished_log(model)
+        xor_byte(log_path(copy, log), victim.pos + offset_in_entry, 0x01)
+        return expect(corrupt(log, victim))
+    return inject
 
 
 def record_payload(model, copy):
@@ -230,10 +215,10 @@ DB = frozenset({"db"})
 FAULTS = [
     Fault("record-length-prefix", record_length_prefix),
     Fault("record-ledger-id", record_ledger_id),
-    Fault("record-entry-id", record_entry_id),
-    Fault("record-last-add-confirmed", record_last_add_confirmed),
-    Fault("record-entry-length", record_entry_length),
-    Fault("record-digest", record_digest),
+    Fault("record-entry-id", record_byte(15)),
+    Fault("record-last-add-confirmed", record_byte(23)),
+    Fault("record-entry-length", record_byte(31)),
+    Fault("record-digest", record_byte(ENTRY_HEADER)),
     Fault("record-payload", record_payload),
     Fault("record-payload-dummy-digest", record_payload_of_dummy_ledger),
     Fault("log-header-fingerprint", log_header_fingerprint),

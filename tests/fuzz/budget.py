@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import tracemalloc
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
@@ -41,3 +44,12 @@ def bounded_memory(bound: int = MEMORY_BOUND):
     finally:
         tracemalloc.stop()
     assert peak <= bound, f"allocated {peak} bytes at peak, more than {bound}"
+
+
+@contextlib.contextmanager
+def file_holding(data: bytes, name: str) -> Iterator[Path]:
+    """A file named ``name`` holding ``data``, in a temp dir removed afterwards."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch, name)
+        path.write_bytes(data)
+        yield path

@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz.budget import bounded_memory, fuzz_settings
+from fuzz.budget import bounded_memory, file_holding, fuzz_settings
 from scanner.agent.cursor import Cursor, load_cursor
 from scanner.agent.endpoint import suspect_items
 from scanner.agent.findingbook import FINDINGS_FILE, FindingBook
@@ -56,15 +56,12 @@ def state_files(shape) -> st.SearchStrategy[bytes]:
 @fuzz_settings()
 @given(data=state_files(cursor_like))
 def test_state_file_and_cursor_loader(data):
-    with tempfile.TemporaryDirectory() as scratch:
-        path = Path(scratch, "cursor-0.json")
-        path.write_bytes(data)
-        with bounded_memory():
-            try:
-                read_json(path)
-            except DamagedStateFile:
-                pass
-            cursor = load_cursor(path, LEDGER_DIR)
+    with file_holding(data, "cursor-0.json") as path, bounded_memory():
+        try:
+            read_json(path)
+        except DamagedStateFile:
+            pass
+        cursor = load_cursor(path, LEDGER_DIR)
         assert cursor is None or (cursor.ledger_dir == LEDGER_DIR and 0 <= cursor.pass_progress <= 1)
 
 
@@ -85,10 +82,8 @@ def test_suspect_queue_and_inbox_loaders(queue, inbox):
 @fuzz_settings()
 @given(data=state_files(findings_like))
 def test_finding_book_loader(data):
-    with tempfile.TemporaryDirectory() as scratch:
-        (Path(scratch) / FINDINGS_FILE).write_bytes(data)
-        with bounded_memory():
-            FindingBook(Path(scratch))
+    with file_holding(data, FINDINGS_FILE) as path, bounded_memory():
+        FindingBook(path.parent)
 
 
 @fuzz_settings()

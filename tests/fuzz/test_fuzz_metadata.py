@@ -13,7 +13,7 @@ from google.protobuf import text_format
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz.budget import HOSTILE_LENGTHS, bounded_memory, fuzz_settings
+from fuzz.budget import HOSTILE_LENGTHS, bounded_memory, file_holding, fuzz_settings
 from scanner.metadata.ledger import (HEADER_PREFIX, LedgerMetadata, LedgerState, MetadataFormatError,
                                      parse_ledger_metadata, serialize_ledger_metadata)
 from scanner.metadata.ledger_paths import LayoutError as LedgerLayoutError
@@ -159,19 +159,16 @@ def dump_files(draw) -> bytes:
 @fuzz_settings()
 @given(data=dump_files())
 def test_dump_loads_or_raises_typed_error(data):
-    with tempfile.TemporaryDirectory() as scratch:
-        path = Path(scratch, "dump.json")
-        path.write_bytes(data)
-        with bounded_memory():
+    with file_holding(data, "dump.json") as path, bounded_memory():
+        try:
+            store = SnapshotStore(path)
+        except (DumpFormatError, MetadataUnavailable, LedgerLayoutError):
+            return
+        for ledger_id in itertools.islice(store.ledger_ids(), 20):
             try:
-                store = SnapshotStore(path)
-            except (DumpFormatError, MetadataUnavailable, LedgerLayoutError):
-                return
-            for ledger_id in itertools.islice(store.ledger_ids(), 20):
-                try:
-                    store.ledger(ledger_id)
-                except MetadataFormatError:
-                    pass
+                store.ledger(ledger_id)
+            except MetadataFormatError:
+                pass
 
 
 # --- cookies and bk_server.conf --------------------------------------------------------------

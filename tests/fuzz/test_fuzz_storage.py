@@ -7,13 +7,12 @@ hostile values in every length field, then read the way a scan reads them.
 from __future__ import annotations
 
 import struct
-import tempfile
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz.budget import HOSTILE_LENGTHS, bounded_memory, fuzz_settings
+from fuzz.budget import HOSTILE_LENGTHS, bounded_memory, file_holding, fuzz_settings
 from scanner.storage.dbstorage import MalformedDbRecord, parse_ledger_data, parse_location_value
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.entrylog import EntryLog, EntryLogError
@@ -76,21 +75,18 @@ def _verifier_for(ledger_id: int):
 @fuzz_settings(share=2)
 @given(data=entry_log_files(), reads=st.lists(st.tuples(st.integers(-8, 1 << 33), int64, int64), max_size=6))
 def test_entry_log_reader_reports_damage_as_typed_problems(data, reads):
-    with tempfile.TemporaryDirectory() as scratch:
-        path = Path(scratch, "1.log")
-        path.write_bytes(data)
-        with bounded_memory(), EntryLog(path, 1) as entry_log:
-            for walked in entry_log.records():
-                assert walked.ledger_id >= 0 and walked.entry_id >= 0 and len(walked.entry) >= 32
-            for failure in entry_log.verify_records(_verifier_for):
-                assert failure.ledger_id % 3  # ledgers without a verifier are skipped, never failed
-            entry_log.ledgers_map()
-            for pos, ledger_id, entry_id in reads:
-                try:
-                    entry = entry_log.read_entry(pos, ledger_id, entry_id)
-                except EntryLogError:
-                    continue
-                assert 16 <= len(entry) and pos + len(entry) <= len(data)
+    with file_holding(data, "1.log") as path, bounded_memory(), EntryLog(path, 1) as entry_log:
+        for walked in entry_log.records():
+            assert walked.ledger_id >= 0 and walked.entry_id >= 0 and len(walked.entry) >= 32
+        for failure in entry_log.verify_records(_verifier_for):
+            assert failure.ledger_id % 3  # ledgers without a verifier are skipped, never failed
+        entry_log.ledgers_map()
+        for pos, ledger_id, entry_id in reads:
+            try:
+                entry = entry_log.read_entry(pos, ledger_id, entry_id)
+            except EntryLogError:
+                continue
+            assert 16 <= len(entry) and pos + len(entry) <= len(data)
     assert all(isinstance(problem, EntryLogError) for problem in entry_log.problems)
 
 
@@ -116,17 +112,14 @@ def index_files(draw) -> bytes:
 @fuzz_settings()
 @given(data=index_files())
 def test_index_file_reader_raises_only_index_errors(data):
-    with tempfile.TemporaryDirectory() as scratch:
-        path = Path(scratch, "5.idx")
-        path.write_bytes(data)
-        with bounded_memory():
-            try:
-                index = IndexFile(path)
-            except IndexFileError:
-                return
-            with index:
-                for entry_id, location in index.locations():
-                    assert entry_id >= 0 and 0 <= location.entry_log_id < 2**32 and 0 <= location.pos < 2**32
+    with file_holding(data, "5.idx") as path, bounded_memory():
+        try:
+            index = IndexFile(path)
+        except IndexFileError:
+            return
+        with index:
+            for entry_id, location in index.locations():
+                assert entry_id >= 0 and 0 <= location.entry_log_id < 2**32 and 0 <= location.pos < 2**32
 
 
 @fuzz_settings()
@@ -142,15 +135,6 @@ def test_index_header_parser_raises_only_index_errors(head):
 # --- DbLedgerStorage RocksDB values ----------------------------------------------------------
 
 
-def _ledger_data(exists, fenced, key, lac, limbo) -> bytes:
-    message = LedgerData(exists=exists, fenced=fenced, masterKey=key)
-    if lac is not None:
-        message.explicitLac = lac
-    if limbo is not None:
-        message.limbo = limbo
-    return message.SerializeToString()
-
-
 def _varint(value: int) -> bytes:
     out = bytearray()
     while value > 0x7F:
@@ -159,8 +143,8 @@ def _varint(value: int) -> bytes:
     return bytes(out + bytes([value]))
 
 
-honest_ledger_data = st.builds(_ledger_data, st.booleans(), st.booleans(), st.binary(max_size=20),
-                               st.one_of(st.none(), small_bytes), st.one_of(st.none(), st.booleans()))
+honest_ledger_data = st.builds(LedgerData, exists=st.booleans(), fenced=st.booleans(), masterKey=st.binary(max_size=20),
+                               explicitLac=small_bytes, limbo=st.booleans()).map(LedgerData.SerializeToString)
 # A length-delimited field (masterKey, tag 3 wire type 2) claiming more bytes than follow.
 lying_field = st.builds(lambda length, tail: b"\x1a" + _varint(length) + tail,
                         st.sampled_from([0x7FFFFFFF, 0xFFFFFFFF, 2**35, 5]), small_bytes)
