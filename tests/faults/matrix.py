@@ -10,7 +10,7 @@ from typing import Callable
 import pytest
 
 from corpus import BOOKIES, CORPUS, manifest, scan
-from faults.inject import copy_ledger_dir, overwrite, truncate
+from faults.inject import copy_ledger_dir, index_file, overwrite, truncate, xor_byte
 from faults.pristine import PAGE, RECORDS_START, Log, Pristine, Record, finding_keys, pristine
 
 _STORAGE = {"org.apache.bookkeeper.bookie.InterleavedLedgerStorage": "interleaved",
@@ -19,6 +19,7 @@ _STORAGE = {"org.apache.bookkeeper.bookie.InterleavedLedgerStorage": "interleave
 _MAP_OFFSET = struct.Struct(">q")
 INFORMATIONAL = {"orphan_ledger"}
 ENTRY_HEADER = 32
+LEDGERS_MAP_BATCH_HEADER = 4 + 8 + 8 + 4  # length, ledger id -1, entry id -2, count
 LARGEST_DIGEST = 20  # HMAC-SHA1
 
 
@@ -115,6 +116,25 @@ def expect(*keys, said: tuple[str, ...] = (), damage_by_log_only: bool = False) 
 
 def nothing(because: str) -> Expect:
     return Expect(unnoticed_because=because)
+
+
+def unreadable_index(model, copy, offset: int, mask: int) -> Expect:
+    """A byte of the victim ledger's `.idx` header flipped so that BookKeeper cannot read the file."""
+    _, victim = victim_of_finished_log(model)
+    xor_byte(index_file(copy, victim.ledger_id), offset, mask)
+    return missing_ledger(model, victim.ledger_id, "index is unreadable")
+
+
+def missing_ledger(model: Pristine, ledger_id: int, *said: str) -> Expect:
+    keys = {("missing_ledger", ledger_id, e, None, None) for e in model.owed_entries(ledger_id)}
+    return expect(keys, said=said)
+
+
+def finished_log_damage(model: Pristine, copy: Path, offset_in: Callable[[Log], int], mask: int = 0x01) -> Expect:
+    """A byte of the finished log's header or ledgers map flipped: the log is damaged, nothing else."""
+    log = model.finished_log()
+    xor_byte(log_path(copy, log), offset_in(log), mask)
+    return expect(damaged(log, None), said=("ledgers map",), damage_by_log_only=True)
 
 
 # --- damage shared by the finished-log and newest-log rows -----------------------------------

@@ -13,15 +13,16 @@ import struct
 import pytest
 
 from corpus import BOOKIES
-from faults.inject import (append, copy_ledger_dir, index_file, move_location_key, set_ledger_record, set_location,
-                           xor_byte)
-from faults.matrix import (ENTRY_HEADER, Expect, Fault, cases, check_fault, corrupt, cut_at_record, cut_inside_record,
-                           damaged, expect, log_path, lost, nothing, storage_of, victim_of_finished_log,
-                           zero_a_page)
+from faults.inject import (append, copy_ledger_dir, index_file, move_location_key, overwrite, set_ledger_record,
+                           set_location, xor_byte)
+from faults.matrix import (ENTRY_HEADER, LEDGERS_MAP_BATCH_HEADER, Fault, cases, check_fault, corrupt, cut_at_record,
+                           cut_inside_record, damaged, expect, finished_log_damage, log_path, lost, missing_ledger,
+                           nothing, storage_of, unreadable_index, victim_of_finished_log, zero_a_page)
 from faults.pristine import PAGE, Log, Pristine, Record, pristine
 from scanner.cli import main
 
 _INT = struct.Struct(">i")
+_ID = struct.Struct(">q")
 
 
 # --- a byte flipped in each region of a record -----------------------------------------------
@@ -29,17 +30,22 @@ _INT = struct.Struct(">i")
 
 def record_length_prefix(model, copy):
     # 0x40 in the top byte: a length no bookie accepts. The walk cannot frame past it; the entry is unreadable.
+    # Whether the ledgers map, which the stopped walk cannot confirm past it, is named too is the scan's choice.
     log, victim = victim_of_finished_log(model)
     xor_byte(log_path(copy, log), victim.prefix, 0x40)
-    return expect(damaged(log, victim.prefix), lost(log, {(victim.ledger_id, victim.entry_id)}))
+    return expect(damaged(log, victim.prefix), lost(log, {(victim.ledger_id, victim.entry_id)}),
+                  said=(f"at offset {victim.prefix}: record length",), damage_by_log_only=True)
 
 
 def record_ledger_id(model, copy):
-    # Now it names another live ledger: the index's location holds the wrong entry (BookKeeper: "bad entry").
+    # Now it names another live ledger: the index's location holds the wrong entry (BookKeeper: "bad entry"),
+    # and a finished log's ledgers map no longer adds up for either ledger.
     log, victim = victim_of_finished_log(model)
     bit = next(b for b in range(8) if model.is_live(victim.ledger_id ^ (1 << b)))
     xor_byte(log_path(copy, log), victim.pos + 7, 1 << bit)
-    return expect(corrupt(log, victim))
+    if not log.ledgers_map_offset:
+        return expect(corrupt(log, victim))
+    return expect(corrupt(log, victim), damaged(log, log.ledgers_map_offset), said=("ledgers map disagrees",))
 
 
 def record_byte(offset_in_entry: int):
@@ -88,6 +94,21 @@ def log_header_unused_bytes(model, copy):
                    "offset and count); the rest of the 1 KiB header is reserved and never read")
 
 
+def ledgers_map_item_ledger_id(model, copy):
+    # Now the map lists a live ledger with no record in this log and misses one that has records:
+    # garbage collection trusts the map and could drop the missed ledger's records.
+    log = model.finished_log()
+    present = {r.ledger_id for r in log.records}
+    stranger = next(lid for lid in sorted(model.ledgers) if model.is_live(lid) and lid not in present)
+    overwrite(log_path(copy, log), log.ledgers_map_offset + LEDGERS_MAP_BATCH_HEADER, _ID.pack(stranger))
+    return expect(damaged(log, None), said=("ledgers map",), damage_by_log_only=True)
+
+
+def ledgers_map_item_size(model, copy):
+    return finished_log_damage(model, copy, lambda log: log.ledgers_map_offset + LEDGERS_MAP_BATCH_HEADER + 15,
+                               mask=0x10)
+
+
 # --- truncation, and a zeroed page -----------------------------------------------------------
 
 
@@ -104,10 +125,17 @@ def truncated_mid_record(model, copy):
     return expect(damaged(log, 8), damaged(log, victim.prefix, victim.ledger_id), lost_entries)
 
 
+def newest_log_cut_inside_a_record(model, copy):
+    log = model.newest_log()
+    victim, lost_entries = cut_inside_record(model, copy, log)
+    return expect(damaged(log, victim.prefix), lost_entries, damage_by_log_only=True)
+
+
 def zeroed_page(model, copy):
     log = model.finished_log()
     first_zeroed, keys = zero_a_page(model, copy, log)
-    return expect(damaged(log, first_zeroed), keys)
+    return expect(damaged(log, first_zeroed), keys, said=(f"at offset {first_zeroed}: zeros",),
+                  damage_by_log_only=True)
 
 
 def torn_tail_of_newest_log(model, copy):
@@ -122,27 +150,16 @@ def torn_tail_of_newest_log(model, copy):
 # --- .idx files ------------------------------------------------------------------------------
 
 
-def _unreadable_index(model, copy, offset: int, mask: int):
-    _, victim = victim_of_finished_log(model)
-    xor_byte(index_file(copy, victim.ledger_id), offset, mask)
-    return _missing_ledger(model, victim.ledger_id, "unreadable")
-
-
-def _missing_ledger(model: Pristine, ledger_id: int, why: str) -> Expect:
-    keys = {("missing_ledger", ledger_id, e, None, None) for e in model.owed_entries(ledger_id)}
-    return expect(keys, said=(why, "still sit in entry log"))
-
-
 def index_signature(model, copy):
-    return _unreadable_index(model, copy, 0, 0x20)  # "BKLE" -> "bKLE"
+    return unreadable_index(model, copy, 0, 0x20)  # "BKLE" -> "bKLE"
 
 
 def index_version(model, copy):
-    return _unreadable_index(model, copy, 7, 0x06)
+    return unreadable_index(model, copy, 7, 0x06)
 
 
 def index_master_key_length(model, copy):
-    return _unreadable_index(model, copy, 10, 0x10)  # a key longer than the header
+    return unreadable_index(model, copy, 10, 0x10)  # a key longer than the header
 
 
 def index_unused_header_bytes(model, copy):
@@ -155,7 +172,7 @@ def index_unused_header_bytes(model, copy):
 def index_file_deleted(model, copy):
     _, victim = victim_of_finished_log(model)
     index_file(copy, victim.ledger_id).unlink()
-    return _missing_ledger(model, victim.ledger_id, "no local index")
+    return missing_ledger(model, victim.ledger_id, "no local index", "still sit in entry log")
 
 
 # --- locations: .idx slots and RocksDB location values ---------------------------------------
@@ -172,7 +189,7 @@ def location_at_another_entry(model, copy):
     other_log, other = _another_entry_of(model, victim)
     set_location(copy, model.storage_kind, victim.ledger_id, victim.entry_id, (other_log.entry_log_id, other.pos))
     return expect(corrupt(other_log, victim, at=other),
-                  said=(f"found ledger {other.ledger_id} entry {other.entry_id}",))
+                  said=(f"ledger {other.ledger_id} entry {other.entry_id}",))
 
 
 def _another_entry_of(model: Pristine, victim: Record) -> tuple[Log, Record]:
@@ -201,13 +218,7 @@ def location_key_renamed_past_ledger_end(model, copy):
 def ledger_record_removed(model, copy):
     _, victim = victim_of_finished_log(model)
     set_ledger_record(copy, victim.ledger_id, None)
-    return _missing_ledger(model, victim.ledger_id, "no local index")
-
-
-def ledger_record_garbled(model, copy):
-    _, victim = victim_of_finished_log(model)
-    set_ledger_record(copy, victim.ledger_id, b"\x08\x01\x1a\xff\xff\xff\xff\x07")  # masterKey claims 2 GiB
-    return _missing_ledger(model, victim.ledger_id, "LedgerData")
+    return missing_ledger(model, victim.ledger_id, "no local index", "still sit in entry log")
 
 
 INDEX_FILES = frozenset({"interleaved", "sorted"})
@@ -224,6 +235,9 @@ FAULTS = [
     Fault("log-header-fingerprint", log_header_fingerprint),
     Fault("log-header-version", log_header_version),
     Fault("log-header-unused-bytes", log_header_unused_bytes),
+    Fault("ledgers-map-item-ledger-id", ledgers_map_item_ledger_id, needs_finished_log=True),
+    Fault("ledgers-map-item-size", ledgers_map_item_size, needs_finished_log=True),
+    Fault("newest-log-cut-inside-a-record", newest_log_cut_inside_a_record),
     Fault("truncated-at-record-boundary", truncated_at_record_boundary, needs_finished_log=True),
     Fault("truncated-mid-record", truncated_mid_record, needs_finished_log=True),
     Fault("zeroed-4k-page", zeroed_page, needs_finished_log=True),
@@ -238,7 +252,6 @@ FAULTS = [
     Fault("location-past-log-end", location_past_log_end),
     Fault("location-key-renamed-past-ledger-end", location_key_renamed_past_ledger_end, DB),
     Fault("ledger-record-removed", ledger_record_removed, DB),
-    Fault("ledger-record-garbled", ledger_record_garbled, DB),
 ]
 
 
