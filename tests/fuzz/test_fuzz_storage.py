@@ -1,4 +1,5 @@
-"""Fuzzing the readers of a bookie's files: entry logs, `.idx` files, DbLedgerStorage's RocksDB values.
+"""Fuzzing the readers of a bookie's files: entry logs, `.idx` files, DbLedgerStorage's RocksDB values,
+journals.
 
 Inputs are built from the formats' own pieces (headers, records, ledgers-map batches, padding) with
 hostile values in every length field, then read the way a scan reads them.
@@ -17,6 +18,8 @@ from scanner.storage.dbstorage import MalformedDbRecord, parse_ledger_data, pars
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.entrylog import EntryLog, EntryLogError
 from scanner.storage.indexfile import IndexFile, IndexFileError, parse_index_header
+from scanner.storage.journal import pending_entries
+from scanner.storage.layout import BookieLayout
 from scanner.storage.proto.db_ledger_storage_pb2 import LedgerData
 
 int32 = st.one_of(st.sampled_from([v for v in HOSTILE_LENGTHS if -2**31 <= v < 2**31]),
@@ -181,3 +184,41 @@ def test_location_values_parse_or_raise_malformed_record(value):
         assert len(value) != 8
         return
     assert len(value) == 8 and (location is None) == (value == bytes(8))
+
+
+# --- journals ---------------------------------------------------------------------------------
+
+journal_record = st.builds(
+    lambda length, ledger, entry, body, honest: (
+        _pack(">iqq", 16 + len(body) if honest else length, ledger, entry) + body),
+    int32, st.integers(0, 3), int64, small_bytes, st.booleans())
+journal_padding = st.builds(lambda size, honest: _pack(">ii", -0x100, size if not honest else 8) + bytes(8),
+                            int32, st.booleans())
+
+
+@st.composite
+def journal_files(draw) -> bytes:
+    version = draw(st.one_of(st.sampled_from([4, 5, 6]), int32))
+    head = draw(st.one_of(st.just(b"BKLG"), st.binary(min_size=4, max_size=4))) + _pack(">i", version)
+    if version >= 5:
+        head = head.ljust(512, b"\0")
+    data = head + b"".join(draw(st.lists(st.one_of(journal_record, journal_padding, filler), max_size=10)))
+    if draw(st.booleans()):
+        data = data[:draw(st.integers(0, len(data)))]
+    return data
+
+
+@fuzz_settings()
+@given(data=journal_files(), mark_offset=st.one_of(st.sampled_from([0, 8, 512]), st.integers(-2**63, 2**63 - 1)),
+       mark_file=st.sampled_from([0, 1, 2**63 - 1]))
+def test_journal_reader_stops_at_damage(data, mark_offset, mark_file):
+    with file_holding(data, "1.txn") as journal, bounded_memory():
+        ledger_dir = journal.parent / "ledgers"
+        (ledger_dir / "current").mkdir(parents=True)
+        (ledger_dir / "current" / "lastMark").write_bytes(_pack(">qq", mark_file, mark_offset))
+        journal.parent.joinpath("current").mkdir()
+        journal.rename(journal.parent / "current" / "1.txn")
+        layout = BookieLayout("b:1", "interleaved", (ledger_dir,), (ledger_dir,), False,
+                              {"journalDirectories": str(journal.parent)})
+        pending = pending_entries(layout, range(4))
+    assert all(0 <= ledger < 4 and entry >= 0 for ledger, entry in pending)
