@@ -205,6 +205,13 @@ def location_past_log_end(model, copy):
     return expect(lost(log, {(victim.ledger_id, victim.entry_id)}))
 
 
+def location_in_a_log_that_is_gone(model, copy):
+    log, victim = victim_of_finished_log(model)
+    gone = max(model.logs) + 100
+    set_location(copy, model.storage_kind, victim.ledger_id, victim.entry_id, (gone, victim.pos))
+    return expect(("lost_entry", victim.ledger_id, victim.entry_id, gone, None))
+
+
 def location_key_renamed_past_ledger_end(model, copy):
     log, victim = victim_of_finished_log(model)
     move_location_key(copy, victim.ledger_id, victim.entry_id, victim.entry_id + 1_000_000)
@@ -250,6 +257,7 @@ FAULTS = [
     Fault("location-removed", location_removed),
     Fault("location-at-another-entry", location_at_another_entry),
     Fault("location-past-log-end", location_past_log_end),
+    Fault("location-in-a-log-that-is-gone", location_in_a_log_that_is_gone),
     Fault("location-key-renamed-past-ledger-end", location_key_renamed_past_ledger_end, DB),
     Fault("ledger-record-removed", ledger_record_removed, DB),
 ]
