@@ -81,7 +81,14 @@ def read_json(path: Path):
         raw = Path(path).read_bytes()
     except FileNotFoundError:
         return None
+    return parse_json(raw, path)
+
+
+def parse_json(raw: bytes | str, source) -> object:
+    """``raw`` parsed; DamagedStateFile naming ``source`` when it is not JSON or nests too deep to parse."""
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DamagedStateFile(f"{path}: not a readable state file ({exc})") from None
+        raise DamagedStateFile(f"{source}: not a readable state file ({exc})") from None
+    except RecursionError:
+        raise DamagedStateFile(f"{source}: not a readable state file (JSON nested too deep)") from None

@@ -228,3 +228,13 @@ def test_db_storage_closes_what_it_opened_when_a_dir_fails(two_dirs, tmp_path):
     with pytest.raises(DbOpenError):
         DbStorage(broken, work)
     assert os.listdir(work) == []
+
+
+def test_a_db_given_by_a_relative_path_opens(tmp_path, monkeypatch):
+    # The scratch view links to the DB's files: a relative link would resolve inside the scratch dir.
+    write_db(tmp_path / "current" / "ledgers", {ledger_key(7): ledger_data()})
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(tmp_path)
+    with ReadOnlyRocksDb(Path("current", "ledgers"), work) as db:
+        assert db.get(ledger_key(7)) == ledger_data()

@@ -25,6 +25,18 @@ READ_TIMEOUT_SECONDS = 10.0
 HEALTHY = ("ok", "paused")
 
 
+def suspect_items(body: bytes) -> list:
+    """The JSON values of a ``POST /suspects`` body (one value or a list of them); BadRequest when it is not that."""
+    text = body.decode("utf-8", "replace")
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise BadRequest(f"JSON nested deeper than {MAX_JSON_DEPTH} levels: expected {{\"ledger\": N}} or a list of those")
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise BadRequest(f"not JSON: {exc}") from None
+    return parsed if isinstance(parsed, list) else [parsed]
+
+
 class Endpoint:
     """Serves ``agent`` on ``host:port`` (port 0: a free one) in a daemon thread; binds at once (OSError if busy)."""
 
@@ -114,8 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
         return 200, {"paused": False}
 
     def _suspects(self) -> tuple[int, dict]:
-        body = self._body()
-        items = body if isinstance(body, list) else [body]
+        items = suspect_items(self._body())
         try:
             return 202, {"queued": self.agent.add_suspects(items)}
         except ValueError as exc:
@@ -134,13 +145,7 @@ class _Handler(BaseHTTPRequestHandler):
         if len(raw) != int(length):
             self.close_connection = True
             raise BadRequest(f"the body ended after {len(raw)} of the {length} bytes Content-Length announced")
-        text = raw.decode("utf-8", "replace")
-        if json_depth(text) > MAX_JSON_DEPTH:
-            raise BadRequest(f"JSON nested deeper than {MAX_JSON_DEPTH} levels: expected {{\"ledger\": N}} or a list of those")
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise BadRequest(f"not JSON: {exc}") from None
+        return raw
 
     def _json(self, status: int, obj) -> None:
         self._send(status, json.dumps(obj, indent=1).encode() + b"\n", "application/json")

@@ -44,7 +44,7 @@ class FindingBook:
             known = {str(k): {"finding": Finding.from_json(v["finding"]), "first_seen": float(v["first_seen"]),
                               "last_seen": float(v["last_seen"])} for k, v in raw.get("known", {}).items()}
             to_mark = [str(k) for k in raw.get("to_mark", []) if k in known]
-        except (DamagedStateFile, OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (DamagedStateFile, OSError, KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             log.warning("%s: damaged findings file, starting empty: %s", self.path, exc)
             return
         self._known, self._to_mark = known, to_mark

@@ -21,7 +21,7 @@ from typing import Callable
 from scanner.agent.lograte import RateLimitedLog
 from scanner.metadata.ledger import MAX_LEDGER_ID
 from scanner.metadata.store import MetadataUnavailable
-from scanner.statefile import FILE_MODE, DamagedStateFile, read_json, write_json
+from scanner.statefile import FILE_MODE, DamagedStateFile, parse_json, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class SuspectQueue:
             raw = read_json(self.path) or {}
             queued = [parse_suspect(s) for s in raw.get("queued", [])]
             recent = {str(k): float(v) for k, v in raw.get("recent", {}).items()}
-        except (DamagedStateFile, OSError, ValueError, TypeError, AttributeError) as exc:
+        except (DamagedStateFile, OSError, ValueError, TypeError, AttributeError, OverflowError) as exc:
             log.warning("%s: damaged suspect queue, starting empty: %s", self.path, exc)
             return
         for suspect in queued:
@@ -236,7 +236,7 @@ class SuspectQueue:
                 if not line.strip():
                     continue
                 try:
-                    routed.extend(route(parse_suspect(json.loads(line))))
+                    routed.extend(route(parse_suspect(parse_json(line, INBOX_FILE))))
                 except ValueError as exc:
                     self._ignored_lines.log("%s: line %d ignored: %s", path, number, exc)
             added = self.add(routed)  # saved before the inbox is emptied: a crash between them repeats, never loses
