@@ -175,11 +175,20 @@ class DbLedgerIndex:
 
     def ledger_ids(self) -> Iterator[int]:
         """Every ledger in the `ledgers` DB, ascending; storage-flag keys (negative) are skipped."""
-        for key, _ in self._ledgers.items_from(LEDGER_KEY.pack(0)):
+        for ledger_id, _ in self.ledger_records():
+            yield ledger_id
+
+    def ledger_records(self) -> Iterator[tuple[int, bytes]]:
+        """(ledger id, its `LedgerData` bytes, unparsed) for every ledger in the `ledgers` DB, ascending."""
+        for key, value in self._ledgers.items_from(LEDGER_KEY.pack(0)):
             ledger_id = self._unpack_key(LEDGER_KEY, key, self._ledgers)[0]
             if ledger_id < 0:
                 return  # negative keys sort after every non-negative one
-            yield ledger_id
+            yield ledger_id, value
+
+    def check_ledger_record(self, ledger_id: int, value: bytes) -> None:
+        """Raises MalformedDbRecord when the record does not parse (BookKeeper's start-up would fail on it)."""
+        parse_ledger_data(value, f"{self._ledgers.path}: key {ledger_id}")
 
     def ledger_state(self, ledger_id: int) -> LedgerState | None:
         """The ledger's `LedgerData`, or None when the `ledgers` DB has no record of it."""

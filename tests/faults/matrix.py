@@ -110,7 +110,7 @@ def damaged(log: Log, offset: int | None, ledger_id: int | None = None) -> tuple
 def expect(*keys, said: tuple[str, ...] = (), damage_by_log_only: bool = False) -> Expect:
     flat = set()
     for key in keys:
-        flat.update(key if isinstance(key, set) else {key})
+        flat.update(key if isinstance(key, (set, frozenset)) else {key})
     return Expect(frozenset(flat), said, damage_by_log_only=damage_by_log_only)
 
 
