@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -112,9 +112,14 @@ def write_dump(store: MetadataStore, out: TextIO, root: str | None = None) -> in
     Nodes are written as they are read, so the dump never sits in memory as a whole.
     Nodes that disappear during the walk are left out.
     """
+    return write_dump_nodes(_subtree(store, root or store.root), out)
+
+
+def write_dump_nodes(nodes: Iterable[ZNode], out: TextIO) -> int:
+    """Write ``nodes`` as a dump, one znode per line, as they come; returns the count."""
     count = 0
     out.write("[")
-    for node in _subtree(store, root or store.root):
+    for node in nodes:
         out.write(",\n" if count else "\n")
         out.write(json.dumps(_dump_entry(node)))
         count += 1
