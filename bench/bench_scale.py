@@ -24,6 +24,7 @@ whose estimated size does not fit the free space is skipped, and said so.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,11 +99,11 @@ def pinned(cpu: int | None):
     return None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
 
 
-def cat_seconds(paths: tuple[Path, ...], cpu: int | None) -> float:
+def cat_seconds(paths: Iterable[Path | str], cpu: int | None) -> float:
     started = time.perf_counter()
-    for start in range(0, len(paths), CAT_BATCH):
-        subprocess.run(["cat", *map(str, paths[start : start + CAT_BATCH])], stdout=subprocess.DEVNULL,
-                       check=True, preexec_fn=pinned(cpu))
+    paths = iter(paths)
+    while batch := [str(path) for path in itertools.islice(paths, CAT_BATCH)]:
+        subprocess.run(["cat", *batch], stdout=subprocess.DEVNULL, check=True, preexec_fn=pinned(cpu))
     return time.perf_counter() - started
 
 
@@ -126,9 +128,8 @@ def scan(bookie: GeneratedBookie, scanner: Path, cpu: int | None) -> Run:
 
 def measure(bookie: GeneratedBookie, scanner: Path, cold: bool, repeat: int, cpu: int | None) -> tuple[float, Run]:
     """(cat seconds, the fastest scan) with the files warm or cold before each timed run."""
-    files = bookie.entry_logs + bookie.index_files
-
     def prepare() -> None:
+        files = itertools.chain(bookie.entry_logs, bookie.index_files())
         if cold:
             drop_from_page_cache(files)
         else:

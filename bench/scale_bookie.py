@@ -58,6 +58,7 @@ RARE_DIGESTS = {1: DigestType.CRC32, 2: DigestType.HMAC, 3: DigestType.DUMMY}
 WRITE_BUFFER = 8 << 20
 DB_BATCH = 200_000
 COMPLETE_MARK = "generated"
+LEDGER_CURRENT = Path("bookie", "ledgers", "current")
 
 
 @dataclass(frozen=True)
@@ -83,15 +84,19 @@ class GeneratedBookie:
     bookie_conf: Path
     dump: Path
     entry_logs: tuple[Path, ...]
-    index_files: tuple[Path, ...]  # .idx files, or the RocksDB files
+
+    def index_files(self) -> Iterator[str]:
+        """The .idx files, or the RocksDB files, one at a time (a million of them at the largest shape)."""
+        current = self.directory / LEDGER_CURRENT
+        for top, _, files in os.walk(current):
+            if top != str(current):
+                yield from (os.path.join(top, name) for name in files)
 
 
 def generated(directory: Path) -> GeneratedBookie:
     """What ``generate`` wrote into ``directory``."""
-    current = directory / "bookie" / "ledgers" / "current"
-    logs = tuple(sorted(current.glob("*.log"), key=lambda p: int(p.stem, 16)))
-    index = tuple(p for p in current.rglob("*") if p.is_file() and p.parent != current)
-    return GeneratedBookie(directory, directory / "bk_server.conf", directory / "zk-dump.json", logs, index)
+    logs = tuple(sorted((directory / LEDGER_CURRENT).glob("*.log"), key=lambda p: int(p.stem, 16)))
+    return GeneratedBookie(directory, directory / "bk_server.conf", directory / "zk-dump.json", logs)
 
 
 def is_generated(directory: Path) -> bool:
@@ -100,9 +105,9 @@ def is_generated(directory: Path) -> bool:
 
 def generate(shape: Shape, directory: Path) -> GeneratedBookie:
     """Write the bookie, its conf and the dump into ``directory`` (created; must not hold a bookie yet)."""
-    ledger_dir = directory / "bookie" / "ledgers"
+    current = directory / LEDGER_CURRENT
+    ledger_dir = current.parent
     journal = directory / "bookie" / "journal"
-    current = ledger_dir / "current"
     current.mkdir(parents=True)
     (journal / "current").mkdir(parents=True)
     for cookie_dir in (current, journal / "current"):

@@ -87,7 +87,8 @@ def write_index_slots(
 ) -> Path:
     """``write_index_file`` from encoded locations (entry id -> ``EntryLocation.encode()``)."""
     path = index_file_path(index_current_dir, ledger_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():  # a stat is far cheaper than a mkdir that fails
+        path.parent.mkdir(parents=True, exist_ok=True)
     header = b"BKLE" + struct.pack(">ii", 1, len(master_key)) + master_key + struct.pack(">ii", int(fenced), 0)
     slots_per_page = INDEX_PAGE_SIZE // 8
     pages = (max(slots) // slots_per_page + 1) if slots else 0
