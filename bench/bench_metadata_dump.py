@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from measured_child import run_measured  # noqa: E402
 from scale_bookie import write_metadata_dump  # noqa: E402
 
 
@@ -49,15 +48,10 @@ def measure(dump: Path | None) -> dict:
 
 def run_child(dump: Path | None) -> tuple[dict, float]:
     """``measure`` in a fresh interpreter; returns its figures and its peak RSS in MiB."""
-    command = [sys.executable, __file__, "--measure", str(dump) if dump else ""]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    output = child.stdout.read()
-    child.stdout.close()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        raise SystemExit(f"measuring {dump} failed with exit status {child.returncode}")
-    return json.loads(output), usage.ru_maxrss / 1024
+    child = run_measured([sys.executable, __file__, "--measure", str(dump) if dump else ""])
+    if child.exit_status != 0:
+        raise SystemExit(f"measuring {dump} failed with exit status {child.exit_status}: {child.error_tail}")
+    return json.loads(child.output), child.peak_rss_mib
 
 
 def main() -> None:

@@ -39,6 +39,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_digest import parse_size  # noqa: E402
+from measured_child import pinned_to, run_measured  # noqa: E402
 from scale_bookie import GeneratedBookie, Shape, generate, generated, is_generated  # noqa: E402
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -60,11 +62,6 @@ class Run:
     peak_rss_mib: float
     entries_verified: int
     findings: dict
-
-
-def parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
 
 
 def shapes(args) -> list[Shape]:
@@ -95,35 +92,22 @@ def drop_from_page_cache(paths) -> None:
             os.close(fd)
 
 
-def pinned(cpu: int | None):
-    return None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
-
-
 def cat_seconds(paths: Iterable[Path | str], cpu: int | None) -> float:
     started = time.perf_counter()
     paths = iter(paths)
     while batch := [str(path) for path in itertools.islice(paths, CAT_BATCH)]:
-        subprocess.run(["cat", *batch], stdout=subprocess.DEVNULL, check=True, preexec_fn=pinned(cpu))
+        subprocess.run(["cat", *batch], stdout=subprocess.DEVNULL, check=True, preexec_fn=pinned_to(cpu))
     return time.perf_counter() - started
 
 
 def scan(bookie: GeneratedBookie, scanner: Path, cpu: int | None) -> Run:
     command = [str(scanner), "scan", "--bookie-conf", str(bookie.bookie_conf), "--metadata", f"file:{bookie.dump}",
                "--format", "json"]
-    with tempfile.TemporaryFile() as errors:
-        started = time.perf_counter()
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, preexec_fn=pinned(cpu))
-        output = child.stdout.read()
-        child.stdout.close()
-        _, status, usage = os.wait4(child.pid, 0)
-        seconds = time.perf_counter() - started
-        child.returncode = os.waitstatus_to_exitcode(status)
-        if child.returncode not in (0, 1):
-            errors.seek(0)
-            tail = errors.read().decode(errors="replace").strip().splitlines()[-1:]
-            raise SystemExit(f"scan of {bookie.directory} exited {child.returncode}: {' '.join(tail)}")
-    summary = json.loads(output)["summary"]
-    return Run(seconds, usage.ru_maxrss / 1024, summary["entries_verified"], summary["findings"])
+    child = run_measured(command, cpu)
+    if child.exit_status not in (0, 1):
+        raise SystemExit(f"scan of {bookie.directory} exited {child.exit_status}: {child.error_tail}")
+    summary = json.loads(child.output)["summary"]
+    return Run(child.seconds, child.peak_rss_mib, summary["entries_verified"], summary["findings"])
 
 
 def measure(bookie: GeneratedBookie, scanner: Path, cold: bool, repeat: int, cpu: int | None) -> tuple[float, Run]:
