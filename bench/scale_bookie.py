@@ -179,7 +179,7 @@ class _IdxIndex:
             write_index_slots(self.current, ledger_id, self.key, self.slots.pop(ledger_id))
 
     def close(self) -> None:
-        pass
+        """Nothing is held open: each ``.idx`` file is written whole when its ledger's last entry is placed."""
 
 
 class _DbIndex:
