@@ -167,6 +167,10 @@ def main() -> None:
     args = parser.parse_args()
     if not args.scanner.is_file():
         parser.error(f"{args.scanner} not found: run ./dev demo or ./dev test first, or give --scanner")
+    if args.repeat < 1 or args.entries_per_ledger < 1:
+        parser.error("--repeat and --entries-per-ledger must be at least 1")
+    if args.dir is not None and args.dir.exists() and not args.dir.is_dir():
+        parser.error(f"--dir {args.dir}: not a directory")
     if args.cpu is not None and args.cpu not in os.sched_getaffinity(0):
         parser.error(f"--cpu {args.cpu}: this process may run on CPUs {sorted(os.sched_getaffinity(0))} only")
     root = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=args.dir)) if args.dir is None else args.dir
