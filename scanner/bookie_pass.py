@@ -332,8 +332,9 @@ class BookiePass:
         recording = self._unindexed.get(ledger_id)
         if recording is not None:
             return recording
-        if ledger_id in self.table:
-            return self.table.verifier(ledger_id)
+        listed, verifier = self.table.lookup(ledger_id)
+        if listed:
+            return verifier
         if ledger_id in self._unlisted:
             return self._unlisted[ledger_id]
         if ledger_id in self._absent or ledger_id in self.undecodable:
@@ -480,18 +481,32 @@ def _entries(finding: Finding) -> Iterator[int]:
 def _holds_every_entry(meta, bookie_id: str, entry_ids) -> bool:
     """True when, by counting alone, the index lists every entry the write sets give this bookie.
 
-    Exact for fragments whose write quorum is the whole ensemble (every entry is on every bookie);
-    False (judge entry by entry) as soon as a fragment stripes.
+    Exact: the entries listed in each of the bookie's fragments are as many as its write sets give it,
+    and all of them are its own (then none is missing). False means: judge entry by entry.
     """
     for fragment in meta.fragments():
-        if fragment.bookie_index(bookie_id) is None or fragment.last_entry_id is None:
+        index = fragment.bookie_index(bookie_id)
+        if index is None or fragment.last_entry_id is None:
             continue
-        if fragment.write_quorum != fragment.ensemble_size:
-            return False
         first, last = fragment.first_entry_id, fragment.last_entry_id
-        if bisect.bisect_right(entry_ids, last) - bisect.bisect_left(entry_ids, first) != last - first + 1:
+        low, high = bisect.bisect_left(entry_ids, first), bisect.bisect_right(entry_ids, last)
+        if fragment.write_quorum == fragment.ensemble_size:
+            if high - low != last - first + 1:
+                return False
+            continue
+        size, quorum = fragment.ensemble_size, fragment.write_quorum
+        if high - low != _striped_count(first, last, index, size, quorum):
+            return False
+        # As many as owed: complete unless some listed entry is not this bookie's (then judge entry by entry).
+        if any((index - e) % size >= quorum for e in entry_ids[low:high]):
             return False
     return True
+
+
+def _striped_count(first: int, last: int, index: int, size: int, quorum: int) -> int:
+    """How many entries of [first, last] have the bookie at ensemble ``index`` in their write set."""
+    whole, rest = divmod(last - first + 1, size)
+    return whole * quorum + sum(1 for e in range(first, first + rest) if (index - e) % size < quorum)
 
 
 def _next_batch(index: Iterator) -> list:
