@@ -111,6 +111,7 @@ class BookiePass:
         self.log_files = self._own_logs()  # the logs of this pass, listed once, id order
         self._own_log_ids = {f.entry_log_id for f in self.log_files}
         self.vanished: set[int] = set()  # listed logs that were gone when their turn came
+        self.changed: set[int] = set()  # logs truncated or replaced while they were walked
         self._orphans: dict[int, _Orphan] = defaultdict(_Orphan)
         self._absent: set[int] = set()  # ledgers met in the logs that the metadata does not have
         self._unindexed: dict[int, _Recording] = {}  # placed on this bookie by the metadata, not in the index
@@ -300,6 +301,13 @@ class BookiePass:
             finally:
                 self.totals.entries_verified += entry_log.stats.entries_verified
                 self.totals.bytes_scanned += entry_log.stats.bytes_scanned
+            if entry_log.changed_since_open():
+                # Truncated or replaced under the walk (no bookie does that to a log it still indexes): what
+                # the walk saw of it is no evidence. The next pass walks it again.
+                log.warning("entry log %d changed under the walk (%d bytes when opened); not judged this pass",
+                            log_file.entry_log_id, entry_log.size)
+                self.changed.add(log_file.entry_log_id)
+                return []
             misread = {f.found_ledger_id for f in entry_log.index_faults if f.found_ledger_id is not None}
             for ledger_id in entry_log.stats.ledger_bytes:
                 if ledger_id in self._absent and ledger_id not in misread and self.owns_ledger(ledger_id):
