@@ -26,12 +26,12 @@ import dataclasses
 import logging
 import os
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterator
 
-from scanner.bookie_scan import BookieScanner, Pacer, Unpaced
+from scanner.bookie_scan import BookieScanner, OrphanTrace, Pacer, ScanTotals, Unpaced
 from scanner.checks.entry_log_check import judge_entry_log
 from scanner.checks.findings import Category, Finding
 from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults, orphan_finding
@@ -51,19 +51,8 @@ BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metad
 
 
 @dataclass
-class PassTotals:
-    ledgers_checked: int = 0
-    entry_logs_scanned: int = 0
-    entries_verified: int = 0
-    bytes_scanned: int = 0
+class PassTotals(ScanTotals):
     journaled: int = 0  # entries the index lacked that the journal holds unflushed (not missing)
-
-
-@dataclass
-class _Orphan:
-    indexed: int | None = None
-    unreadable: int = 0
-    logs: set[int] = field(default_factory=set)
 
 
 class _Recording:
@@ -112,7 +101,7 @@ class BookiePass:
         self._own_log_ids = {f.entry_log_id for f in self.log_files}
         self.vanished: set[int] = set()  # listed logs that were gone when their turn came
         self.changed: set[int] = set()  # logs truncated or replaced while they were walked
-        self._orphans: dict[int, _Orphan] = defaultdict(_Orphan)
+        self._orphans: dict[int, OrphanTrace] = defaultdict(OrphanTrace)
         self._absent: set[int] = set()  # ledgers met in the logs that the metadata does not have
         self._unindexed: dict[int, _Recording] = {}  # placed on this bookie by the metadata, not in the index
         self._unlisted: dict[int, DigestVerifier | None] = {}  # ledgers only the logs named, read once

@@ -59,7 +59,9 @@ class ScanTotals:
 
 
 @dataclass
-class _Orphan:
+class OrphanTrace:
+    """What a scan saw of a ledger the metadata no longer has."""
+
     indexed: int | None = None
     unreadable: int = 0
     logs: set[int] = field(default_factory=set)
@@ -79,7 +81,7 @@ class BookieScanner:
         self._metadata: dict[int, LedgerMetadata | None] = {}
         self._verifiers: dict[int, DigestVerifier | None] = {}
         self._logs: OrderedDict[str, EntryLog] = OrderedDict()
-        self._orphans: dict[int, _Orphan] = defaultdict(_Orphan)
+        self._orphans: dict[int, OrphanTrace] = defaultdict(OrphanTrace)
         self.undecodable: set[int] = set()  # ledgers whose metadata does not decode
 
     def close(self) -> None:
@@ -365,12 +367,7 @@ def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str
         report.findings.extend(scanner.orphan_findings())
         if progress:
             progress.finish()
-        totals = scanner.totals
-    report.ledgers_checked = totals.ledgers_checked
-    report.entry_logs_scanned = totals.entry_logs_scanned
-    report.entries_verified = totals.entries_verified
-    report.bytes_scanned = totals.bytes_scanned
-    return report
+        return _with_totals(report, scanner.totals)
 
 
 def _full_pass(storage: BookieStorage, store, bookie_id: str, storage_kind: str, pacer, progress,
@@ -382,7 +379,10 @@ def _full_pass(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
     with BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(storage.layout, scratch),
                     pacer) as full:
         report.findings.extend(full.run(progress))
-        totals = full.totals
+        return _with_totals(report, full.totals)
+
+
+def _with_totals(report: ScanReport, totals: ScanTotals) -> ScanReport:
     report.ledgers_checked = totals.ledgers_checked
     report.entry_logs_scanned = totals.entry_logs_scanned
     report.entries_verified = totals.entries_verified
