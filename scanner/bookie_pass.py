@@ -168,19 +168,18 @@ class BookiePass:
                 self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
             return
         self.pacer.take_entries(len(entry_ids))
-        if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
-            entry_ids, raw_locations = self._into_own_logs(entry_ids, raw_locations)
-        self.runs.add(ledger_id, entry_ids, raw_locations)
         if read.meta is None:
             if owned:
                 self._orphans[ledger_id].indexed = len(entry_ids)
-            return
-        self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
-        if not owned or _holds_every_entry(read.meta, self.bookie_id, entry_ids):
-            return
-        evidence = LedgerEvidence(ledger_id, entry_ids)
-        if any(not f.category.informational for f in judge_ledger(read.meta, self.bookie_id, evidence)):
-            self._recheck.add(ledger_id)
+        else:
+            self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
+            if owned and not _holds_every_entry(read.meta, self.bookie_id, entry_ids):
+                evidence = LedgerEvidence(ledger_id, entry_ids)
+                if any(not f.category.informational for f in judge_ledger(read.meta, self.bookie_id, evidence)):
+                    self._recheck.add(ledger_id)
+        if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
+            entry_ids, raw_locations = self._into_own_logs(entry_ids, raw_locations)
+        self.runs.add(ledger_id, entry_ids, raw_locations)
 
     def _into_own_logs(self, entry_ids, raw_locations):
         # `.idx` storage spreads one id space of logs over all ledger dirs: keep the locations into ours.

@@ -97,3 +97,34 @@ def test_entries_in_the_journal_after_the_last_mark_are_pending(tmp_path):
     # A mark before the file's first record counts the whole file as unflushed: never fewer, never a crash.
     (layout.ledger_current_dirs[0] / "lastMark").write_bytes(struct.pack(">qq", 0x10, -5))
     assert pending_entries(layout, {7}) == {(7, 0), (7, 1), (7, 2), (7, 3), (7, 4)}
+
+
+def test_ledger_dirs_scanned_in_parallel_processes_find_what_one_process_finds(tmp_path):
+    """The corrupted bookie1 copy with its later logs moved to a second ledger dir: one process per dir."""
+    import dataclasses
+
+    from scanner.bookie_scan import ParallelDirs, scan_bookie
+
+    layout = discover_layout(CORPUS / "bookie-configs" / "bookie1.conf",
+                             ledger_dirs=[CORPUS / "corrupted" / "bookie1-corrupted" / "ledgers"])
+    split = tmp_path / "two"
+    first, second = split / "d0", split / "d1"
+    shutil.copytree(layout.ledger_dirs[0], first)
+    (second / "current").mkdir(parents=True)
+    for name in ("2.log", "3.log", "4.log"):
+        os.rename(first / "current" / name, second / "current" / name)
+    two_dirs = dataclasses.replace(layout, ledger_dirs=(first, second), index_dirs=(first, second))
+
+    def keys(report):
+        return sorted(((f.category.value, f.ledger_id, f.entries, f.entry_log) for f in report.findings), key=repr)
+
+    with SnapshotStore(DUMP) as store:
+        with open_bookie(layout, tmp_path) as storage:
+            one = scan_bookie(storage, store, layout.bookie_id, layout.storage, scratch=tmp_path)
+        with open_bookie(two_dirs, tmp_path) as storage:
+            two = scan_bookie(storage, store, layout.bookie_id, layout.storage, scratch=tmp_path,
+                              parallel=ParallelDirs(f"file:{DUMP}", jobs=2))
+    assert {f.category.value for f in one.findings} >= {"corrupt_entry", "lost_entry", "missing_ledger"}
+    assert keys(two) == keys(one)
+    assert (two.entries_verified, two.bytes_scanned, two.entry_logs_scanned) == (
+        one.entries_verified, one.bytes_scanned, one.entry_logs_scanned)

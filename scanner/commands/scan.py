@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 from scanner.commands.bookie_args import (add_bookie_options, add_metadata_option, bookie_layout, metadata_store,
-                                          stored_id)
+                                          metadata_uri, stored_id)
 
 DESCRIPTION = """\
 Scan one bookie once, read-only, and report what BP-24 calls the three conditions:
@@ -43,6 +44,9 @@ def register(subparsers) -> None:
                         help="verify only this entry log, by numeric id (0x1a.log is 26; repeatable)")
     parser.add_argument("--rate", metavar="BYTES_PER_SEC", type=int,
                         help="read at most this many bytes per second (default: unlimited)")
+    parser.add_argument("--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
+                        help="ledger dirs scanned at once, each in a process of its own (default: the number of "
+                             "CPUs; a bookie with one ledger dir is scanned by one process)")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="report format (default: text)")
     repair = parser.add_argument_group("repair (default: report only)")
     repair.add_argument("--mark", action="store_true",
@@ -56,7 +60,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from scanner.bookie_scan import scan_bookie
+    from scanner.bookie_scan import ParallelDirs, scan_bookie
     from scanner.cli import UsageError
     from scanner.metadata.store import MetadataUnavailable
     from scanner.progress import ProgressLine
@@ -64,6 +68,8 @@ def run(args) -> int:
     from scanner.storage.dbstorage import DbIndexError
     from throttle import Pacer
 
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be 1 or more, got {args.jobs}")
     if args.marks_per_second < 0:
         raise UsageError(f"--marks-per-second must be 0 (unlimited) or more, got {args.marks_per_second:g}")
     layout = bookie_layout(args)
@@ -75,9 +81,10 @@ def run(args) -> int:
             marks_for(store)  # a usage error before a long scan, not after
         with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
                 open_bookie(layout, work_dir=work_dir) as storage:
+            parallel = ParallelDirs(metadata_uri(args, layout), args.jobs, args.rate)
             report = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger,
                                  entry_logs=args.entry_log, pacer=Pacer(bytes_per_second=args.rate),
-                                 progress=ProgressLine())
+                                 progress=ProgressLine(), scratch=Path(work_dir), parallel=parallel)
         repair = None
         if args.mark:
             from scanner.repair.after_scan import mark_damage
