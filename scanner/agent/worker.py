@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -123,6 +124,8 @@ class LedgerDirWorker:
         self._save_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"scanner-dir{index}", daemon=True)
         self._pass: BookiePass | None = None
+        # Scratch of a run that was killed (sorted locations, index views): nothing in it is state.
+        shutil.rmtree(settings.state_dir / "work" / f"dir{index}", ignore_errors=True)
 
     # -- control (any thread) -----------------------------------------------------------------
 
