@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-CHUNK_SIZE = 8 << 20  # larger than the largest entry a bookie accepts, so a record spans at most one refill
+CHUNK_SIZE = 1 << 20  # a record larger than this gets a read of its own size
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _NOWAIT = getattr(os, "RWF_NOWAIT", None)
 
