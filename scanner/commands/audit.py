@@ -11,6 +11,7 @@ from pathlib import Path
 
 from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_metadata_option
+from scanner.commands.output import add_format_option
 
 DESCRIPTION = """\
 Judge every ledger of the cluster against what every bookie exported (`bookie-scanner export`):
@@ -45,7 +46,7 @@ def register(subparsers) -> None:
     parser.add_argument("--exports", metavar="DIR", required=True,
                         help="the directory every bookie exported into (local path, hdfs://..., s3a://...)")
     add_metadata_option(parser)
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="report format (default: text)")
+    add_format_option(parser)
     parser.add_argument("--output", metavar="DIR", help="also write the violations as Parquet to DIR (replaced)")
     parser.add_argument("--master", metavar="URL", help="Spark master (default: local[*], embedded)")
     placement = parser.add_argument_group("placement")

@@ -20,6 +20,9 @@ def add_bookie_options(parser: argparse.ArgumentParser) -> None:
                        help="ledger storage (override ledgerStorageClass)")
     group.add_argument("--bookie-id", metavar="ID",
                        help="this bookie's id as ensembles name it (default: the cookie's bookieHost)")
+    group.add_argument("--bookie-home", metavar="DIR", type=Path,
+                       help="resolve relative ledger/index dirs against DIR, the bookie's working directory "
+                            "(Pulsar: its install dir, e.g. /pulsar; default: the current directory)")
 
 
 def add_metadata_option(parser: argparse.ArgumentParser) -> None:
@@ -38,11 +41,11 @@ def bookie_layout(args):
     """The bookie's layout from --bookie-conf and the overrides; a UsageError says what to fix."""
     from scanner.storage.layout import LayoutError, discover_layout
 
-    if args.bookie_conf is None:
-        raise UsageError("say which bookie: --bookie-conf FILE (its bk_server.conf; --ledger-dirs etc. override it)")
+    if args.bookie_conf is None and args.ledger_dirs is None:
+        raise UsageError("say which bookie: --bookie-conf FILE (its bk_server.conf) or --ledger-dirs DIR[,DIR]")
     try:
         return discover_layout(args.bookie_conf, ledger_dirs=_dirs(args.ledger_dirs), index_dirs=_dirs(args.index_dirs),
-                               storage=args.storage, bookie_id=args.bookie_id)
+                               storage=args.storage, bookie_id=args.bookie_id, home=args.bookie_home)
     except LayoutError as exc:
         raise UsageError(str(exc)) from None
 
