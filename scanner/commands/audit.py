@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import sys
 import time
 from pathlib import Path
 
 from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_metadata_option
 from scanner.commands.output import add_format_option
+from scanner.envelope import envelope, write_document
 
 DESCRIPTION = """\
 Judge every ledger of the cluster against what every bookie exported (`bookie-scanner export`):
@@ -146,8 +145,7 @@ def _report(result, repair: dict | None, output_format: str) -> None:
         document = {"summary": result.summary(), "violations": [_violation_json(v) for v in result.sorted_violations()]}
         if repair is not None:
             document["repair"] = repair
-        json.dump(document, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_document(envelope("audit_report", document))
         return
     summary = result.summary()
     print(f"cluster audit: {summary['ledgers_checked']} ledgers checked against {summary['bookies']} exported "
@@ -160,8 +158,7 @@ def _report(result, repair: dict | None, output_format: str) -> None:
     counts = {category: n for category, n in summary["violations"].items() if n}
     print("violations: " + (", ".join(f"{category} {n}" for category, n in counts.items()) or "none"))
     for violation in result.sorted_violations():
-        entries = "" if violation.entries is None else " entries " + ",".join(
-            f"{first}" if first == last else f"{first}-{last}" for first, last in violation.entries)
+        entries = "" if violation.entries is None else " entries " + ", ".join(map(_group_text, violation.entries))
         print(f"  {violation.category.value:<23} ledger {violation.ledger_id}{entries}"
               f"{' bookies ' + ','.join(violation.bookies) if violation.bookies else ''}: {violation.detail}")
     if repair is not None:
@@ -171,7 +168,18 @@ def _report(result, repair: dict | None, output_format: str) -> None:
                   f"failed {section['failed']}")
 
 
+def _group_text(group) -> str:
+    """``5``, ``5-6``, or ``5-6 every 4 to 119`` (the run repeated every period entries up to that entry)."""
+    first, last = group.first_sequence_start, group.first_sequence_start + group.sequence_size - 1
+    run = f"{first}" if first == last else f"{first}-{last}"
+    return run if group.sequence_period == 0 else f"{run} every {group.sequence_period} to {group.last_entry_id}"
+
+
 def _violation_json(violation) -> dict:
+    groups = violation.entries
     return {"category": violation.category.value, "ledger_id": violation.ledger_id,
-            "entries": None if violation.entries is None else [list(run) for run in violation.entries],
+            "entries": None if groups is None else [
+                {"first_sequence_start": g.first_sequence_start, "last_sequence_start": g.last_sequence_start,
+                 "sequence_size": g.sequence_size, "sequence_period": g.sequence_period} for g in groups],
+            "entry_count": None if groups is None else sum(g.entry_count for g in groups),
             "bookies": list(violation.bookies), "detail": violation.detail, "copies": violation.copies}
