@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -105,13 +107,14 @@ def run(args) -> int:
                            min_racks=args.min_racks or DEFAULT_MIN_RACKS,
                            max_under_replicated_ms=parse_duration_ms(args.max_under_replicated_age))
     store = metadata_store(args)
+    spark_log = None if args.verbose else spark_log_path()
     try:
         marks = None
         if args.mark:
             from scanner.repair.after_scan import marks_for
 
             marks = marks_for(store)  # a usage error before the job, not after
-        with running_spark("bookie-scanner audit", args.master) as spark:
+        with running_spark("bookie-scanner audit", args.master, log_path=spark_log) as spark:
             result = run_audit(spark, store, args.exports, options, now_ms=int(time.time() * 1000))
             try:
                 if args.output:
@@ -122,15 +125,27 @@ def run(args) -> int:
 
                     repair = mark_under_replicated(marks, result.sorted_violations(), args.marks_per_second or None)
                 _report(result, repair, args.format)
-                return 1 if any(result.counts.values()) else 0
+                status = 1 if any(result.counts.values()) else 0
             finally:
                 result.close()
+        if spark_log is not None:
+            spark_log.unlink(missing_ok=True)  # the run went through: nobody needs Spark's chatter
+        return status
     except (SparkUnavailable, AuditInputError) as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"{exc}{_see_log(spark_log)}") from None
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata unavailable: {exc}") from None
     finally:
         store.close()
+
+
+def spark_log_path() -> Path:
+    """Where Spark's own logs go unless --verbose: a file of this run in the temp dir."""
+    return Path(tempfile.gettempdir()) / f"bookie-scanner-audit-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+
+
+def _see_log(spark_log: Path | None) -> str:
+    return f" (Spark's log: {spark_log})" if spark_log is not None and spark_log.exists() else ""
 
 
 def _write_parquet(violations, output: str) -> None:
