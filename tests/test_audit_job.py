@@ -210,7 +210,7 @@ def test_missing_exports_and_missing_java_exit_2(spark, tmp_path, capsys, monkey
     assert main(["audit", "--exports", str(tmp_path / "empty"), "--metadata", f"file:{DUMP}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("bookie-scanner audit: ") for line in err), err
-    assert "cannot read exports" in err[0] and "no bookie exports" in err[1] and "Java" in err[2]
+    assert "nowhere: no such directory" in err[0] and "no bookie exports" in err[1] and "Java" in err[2]
 
 
 class LedgerDeletedDuringTheAudit(SnapshotStore):
