@@ -60,7 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a command-line mistake already told in one line
+        return done.code
     try:
         return args.func(args)
     except UsageError as exc:
