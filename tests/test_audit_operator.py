@@ -9,6 +9,7 @@ import pytest
 
 from audit_exports import DUMP, export_bookie
 from corpus import bookie_id
+from json_schemas import assert_valid
 from scanner.cli import main
 from scanner.metadata.snapshot import SnapshotStore
 from spark_session import spark  # noqa: F401 (fixture)
@@ -31,6 +32,7 @@ def test_one_damaged_bookie_in_per_bookie_subdirectories_gives_exactly_its_damag
     status = main(["audit", "--exports", str(per_bookie_exports), "--metadata", f"file:{DUMP}", "--format", "json"])
     report = json.loads(capsys.readouterr().out)
     assert status == 1
+    assert_valid(report)
     assert report["summary"]["bookies"] == 4
     under = [v for v in report["violations"] if v["category"] == "under_replicated_entry"]
     listed = [(v["ledger_id"], e) for v in under for e in entry_ids(v["entries"])]
