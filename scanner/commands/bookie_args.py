@@ -29,6 +29,7 @@ def add_metadata_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metadata", metavar="URI",
         help="ledger metadata: zk://HOST:PORT[,HOST:PORT]/ROOT, BookKeeper's zk+hierarchical://HOST:PORT;HOST:PORT/ROOT, "
+             "Pulsar's metadata-store:zk:HOST:PORT[/CHROOT] (ledgers under CHROOT/ledgers), "
              "or file:PATH for a dump written by 'bookie-scanner metadata dump' "
              "(default: the conf's metadataServiceUri, or zkServers + zkLedgersRootPath)")
 
