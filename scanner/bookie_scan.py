@@ -116,8 +116,8 @@ class BookieScanner:
         """
         self.totals.ledgers_checked += 1
         meta = self._fetch(ledger_id)
-        verifier = self._verifier_for(ledger_id) if verify_digests else None
-        evidence = self._ledger_evidence(ledger_id, verifier)
+        verifier = self.verifier_for(ledger_id) if verify_digests else None
+        evidence = self.ledger_evidence(ledger_id, verifier)
         findings = judge_ledger(meta, self.bookie_id, evidence)
         if any(f.category is Category.MISSING_LEDGER for f in findings):
             evidence = self._with_logged_records(evidence)
@@ -140,7 +140,8 @@ class BookieScanner:
             return []
         return findings
 
-    def _ledger_evidence(self, ledger_id: int, verifier: DigestVerifier | None) -> LedgerEvidence:
+    def ledger_evidence(self, ledger_id: int, verifier: DigestVerifier | None) -> LedgerEvidence:
+        """What the index shows of the ledger now, each record it points to read back (and verified with ``verifier``)."""
         indexed: list[int] = []
         faults: list[RecordFault] = []
         try:
@@ -149,7 +150,7 @@ class BookieScanner:
             for entry_id, location in self.storage.locations(ledger_id):
                 indexed.append(entry_id)
                 self.pacer.take_entries(1)
-                fault = self._check_record(ledger_id, entry_id, location, verifier)
+                fault = self.check_record(ledger_id, entry_id, location, verifier)
                 if fault is not None:
                     faults.append(fault)
         except FileNotFoundError:
@@ -158,7 +159,7 @@ class BookieScanner:
             return LedgerEvidence(ledger_id, None, tuple(faults), index_problem=str(exc))
         return LedgerEvidence(ledger_id, indexed, tuple(faults))
 
-    def _check_record(self, ledger_id: int, entry_id: int, location,
+    def check_record(self, ledger_id: int, entry_id: int, location,
                       verifier: DigestVerifier | None) -> RecordFault | None:
         try:
             entry_log = self._open_log(self.storage.entry_log_path(ledger_id, location.entry_log_id),
@@ -238,7 +239,7 @@ class BookieScanner:
             pace = pace_and_checkpoint
 
         try:
-            for failure in entry_log.verify_records(self._verifier_for, start=start, pace=pace):
+            for failure in entry_log.verify_records(self.verifier_for, start=start, pace=pace):
                 if self._is_live_copy(failure.ledger_id, failure.entry_id, log_file, failure.pos):
                     faults[failure.ledger_id].append(
                         RecordFault(failure.entry_id, log_file.entry_log_id, failure.pos, False, failure.reason))
@@ -308,7 +309,7 @@ class BookieScanner:
             return self._metadata[ledger_id]
         return self._fetch(ledger_id)
 
-    def _verifier_for(self, ledger_id: int) -> DigestVerifier | None:
+    def verifier_for(self, ledger_id: int) -> DigestVerifier | None:
         if ledger_id not in self._verifiers:
             meta = self._fetch_cached(ledger_id)
             if meta is None or meta.digest_type is None:
@@ -339,23 +340,21 @@ def _size(path) -> int:
 
 def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
                 ledgers: list[int] | None = None, entry_logs: list[int] | None = None,
-                pacer: Pacer | None = None, progress=None) -> ScanReport:
-    """A whole on-demand scan: every ledger, then every entry log (or only those asked for)."""
+                pacer: Pacer | None = None, progress=None, scratch=None) -> ScanReport:
+    """A whole on-demand scan: a full pass, or only the ledgers (through their index) or entry logs asked for."""
+    if ledgers is None and entry_logs is None:
+        return _full_pass(storage, store, bookie_id, storage_kind, pacer, progress, scratch)
     report = ScanReport(bookie_id, storage_kind)
     with BookieScanner(storage, store, bookie_id, pacer) as scanner:
-        if ledgers is not None or entry_logs is None:
+        if ledgers is not None:
             if progress:
-                progress.start("ledgers", len(ledgers) if ledgers else 0, "ledgers")
-            for ledger_id in (ledgers if ledgers is not None else scanner.ledgers_to_check()):
+                progress.start("ledgers", len(ledgers), "ledgers")
+            for ledger_id in ledgers:
                 # Narrowed to ledgers: their records are verified through the index, not by whole logs.
-                report.findings.extend(scanner.scan_ledger(ledger_id, verify_digests=ledgers is not None))
+                report.findings.extend(scanner.scan_ledger(ledger_id, verify_digests=True))
                 if progress:
                     progress.advance(1)
-        log_files = storage.entry_logs()
-        if entry_logs is not None:
-            log_files = [f for f in log_files if f.entry_log_id in entry_logs]
-        elif ledgers is not None:
-            log_files = []
+        log_files = [] if entry_logs is None else [f for f in storage.entry_logs() if f.entry_log_id in entry_logs]
         sizes = {f: _size(f.path) for f in log_files}
         if progress:
             progress.start("entry logs", sum(sizes.values()), "B")
@@ -372,4 +371,21 @@ def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str
     report.entries_verified = totals.entries_verified
     report.bytes_scanned = totals.bytes_scanned
     report.add_storage_problems(storage.unreadable_indexes, scanner.undecodable)
+    return report
+
+
+def _full_pass(storage: BookieStorage, store, bookie_id: str, storage_kind: str, pacer, progress,
+               scratch) -> ScanReport:
+    from scanner.bookie_pass import BookiePass
+    from scanner.storage.bookie import open_bookie
+
+    report = ScanReport(bookie_id, storage_kind)
+    with BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(storage.layout, scratch),
+                    pacer) as full:
+        report.findings.extend(full.run(progress))
+        totals = full.totals
+    report.ledgers_checked = totals.ledgers_checked
+    report.entry_logs_scanned = totals.entry_logs_scanned
+    report.entries_verified = totals.entries_verified
+    report.bytes_scanned = totals.bytes_scanned
     return report

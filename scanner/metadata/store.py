@@ -10,7 +10,7 @@ import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from scanner.metadata.ledger import LedgerMetadata, parse_ledger_metadata
+from scanner.metadata.ledger import LedgerMetadata, MetadataFormatError, parse_ledger_metadata
 from scanner.metadata.ledger_paths import (
     LAYOUT_NODE,
     LedgerManager,
@@ -36,6 +36,15 @@ class ZNode:
     mzxid: int
     version: int
     ctime: int | None  # ms since epoch; None when a dump did not record it
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRead:
+    """One ledger's metadata as read now: ``meta`` None means no such ledger, unless ``error`` says why not."""
+
+    ledger_id: int
+    meta: LedgerMetadata | None
+    error: MetadataFormatError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +84,34 @@ class MetadataStore(abc.ABC):
         if found is None:
             return None
         return parse_ledger_metadata(ledger_id, found.data or b"", found.ctime, source=path)
+
+    def nodes(self, paths: list[str]) -> list[ZNode | None]:
+        """Several znodes at once (a store that can pipeline the reads does)."""
+        return [self.node(path) for path in paths]
+
+    def ledger_batch(self, ledger_ids: list[int]) -> list[LedgerRead]:
+        """The metadata of each of ``ledger_ids``, read in one batch; undecodable bytes are an ``error``, not a raise."""
+        paths = []
+        for ledger_id in ledger_ids:
+            try:
+                paths.append(ledger_path(self.manager, self.root, ledger_id))
+            except ValueError:
+                paths.append(None)  # an id this manager cannot store cannot exist
+        found = self.nodes([p for p in paths if p is not None])
+        nodes = iter(found)
+        reads = []
+        for ledger_id, path in zip(ledger_ids, paths):
+            node = None if path is None else next(nodes)
+            if node is None:
+                reads.append(LedgerRead(ledger_id, None))
+                continue
+            try:
+                meta = parse_ledger_metadata(ledger_id, node.data or b"", node.ctime, source=path)
+            except MetadataFormatError as exc:
+                reads.append(LedgerRead(ledger_id, None, exc))
+                continue
+            reads.append(LedgerRead(ledger_id, meta))
+        return reads
 
     def ledger_ids(self) -> Iterator[int]:
         """Every ledger id, lazily, one tree level at a time (ascending within each branch)."""

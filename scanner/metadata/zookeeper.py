@@ -98,6 +98,22 @@ class ZooKeeperStore(MetadataStore):
             ctime=stat.ctime,
         )
 
+    def nodes(self, paths: list[str]) -> list[ZNode | None]:
+        """The znodes, read pipelined: every request is sent before the first answer is awaited."""
+        if self.client.connected is False:
+            return [self.node(path) for path in paths]  # the retrying one-by-one path reports the outage
+        pending = [(path, self.client.get_async(path)) for path in paths]
+        found = []
+        for path, result in pending:
+            with self._read_errors(path):
+                try:
+                    data, stat = result.get(timeout=DEFAULT_SESSION_TIMEOUT)
+                except NoNodeError:
+                    found.append(None)
+                    continue
+            found.append(ZNode(path, data, stat.ephemeralOwner != 0, stat.mzxid, stat.version, stat.ctime))
+        return found
+
     def children(self, path: str) -> list[str]:
         with self._read_errors(path):
             try:
@@ -113,7 +129,8 @@ class ZooKeeperStore(MetadataStore):
             raise MetadataUnavailable(
                 f"{self._where}: not authorized to read {path} (give user:password@ in the metadata URI)"
             ) from None
-        except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, RetryFailedError) as exc:
+        except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, RetryFailedError,
+                KazooTimeoutError) as exc:
             raise MetadataUnavailable(f"{self._where}: lost while reading {path} ({type(exc).__name__})") from None
         except KazooException as exc:
             raise MetadataUnavailable(f"{self._where}: reading {path} failed: {type(exc).__name__}") from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import heapq
+from array import array
 import os
 import re
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from scanner.storage.dbstorage import DbLedgerIndex, DbOpenError, MisplacedLedger
 from scanner.storage.entrylog import MissingEntryLog
-from scanner.storage.indexfile import IndexFile, find_index_file, indexed_ledger_ids
+from scanner.storage.indexfile import IndexFile, IndexFileError, find_index_file, indexed_ledger_ids
 from scanner.storage.layout import BookieLayout
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation
@@ -63,6 +64,16 @@ class BookieStorage(abc.ABC):
         """(entry id, location) of every indexed entry of the ledger, entry id ascending (empty if unknown)."""
 
     @abc.abstractmethod
+    def indexed_ledgers(self, dir_index: int | None = None) -> Iterator[tuple[int, array, array]]:
+        """(ledger id, entry ids, encoded locations) of every ledger in the index, in the index's own order.
+
+        ``dir_index``: only what that ledger dir's own index holds, where each dir has one (DbLedgerStorage).
+
+        Entry ids ascend within a ledger; both are ``array('Q')``. A ledger whose own index cannot be read
+        comes as (ledger id, None, the error); an index that cannot be read on raises ``DbIndexError``.
+        """
+
+    @abc.abstractmethod
     def entry_log_path(self, ledger_id: int, entry_log_id: int) -> Path:
         """The file of an entry log a location of ``ledger_id`` names; raises ``MissingEntryLog`` if none."""
 
@@ -100,6 +111,26 @@ class IndexFileStorage(BookieStorage):
             return
         with IndexFile(path) as index:
             yield from index.locations()
+
+    def indexed_ledgers(self, dir_index: int | None = None) -> Iterator[tuple[int, array, array]]:
+        seen_in_earlier_dirs = len(self.layout.index_current_dirs) > 1
+        for current in self.layout.index_current_dirs:
+            for ledger_id in indexed_ledger_ids(current):
+                path = find_index_file(self.layout.index_current_dirs, ledger_id) if seen_in_earlier_dirs else None
+                if path is not None and not path.is_relative_to(current):
+                    continue  # the bookie reads this ledger's index from an earlier dir
+                path = path or find_index_file((current,), ledger_id)
+                if path is None:
+                    continue  # deleted since the directory was listed
+                try:
+                    with IndexFile(path) as index:
+                        found = index.location_arrays()
+                except FileNotFoundError:
+                    continue
+                except IndexFileError as error:
+                    yield ledger_id, None, error
+                    continue
+                yield ledger_id, *found
 
     def entry_log_path(self, ledger_id: int, entry_log_id: int) -> Path:
         name = f"{entry_log_id:x}.log"
@@ -155,6 +186,21 @@ class DbStorage(BookieStorage):
 
     def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
         return self._indexes[self._dir_of(ledger_id)].locations(ledger_id)
+
+    def indexed_ledgers(self, dir_index: int | None = None) -> Iterator[tuple[int, array, array]]:
+        for index_of_dir, index in enumerate(self._indexes):
+            if dir_index is not None and index_of_dir != dir_index:
+                continue
+            located = index.ledger_locations()
+            pending = next(located, None)
+            for ledger_id in self._owned_ledger_ids(index_of_dir):
+                while pending is not None and pending[0] < ledger_id:
+                    pending = next(located, None)  # locations of a ledger the `ledgers` DB no longer has
+                if pending is not None and pending[0] == ledger_id:
+                    yield pending
+                    pending = next(located, None)
+                else:
+                    yield ledger_id, array("Q"), array("Q")
 
     def entry_log_path(self, ledger_id: int, entry_log_id: int) -> Path:
         path = self.layout.ledger_current_dirs[self._dir_of(ledger_id)] / f"{entry_log_id:x}.log"

@@ -11,11 +11,14 @@ symlinks to the bookie's immutable DB files only: never to ``LOG*`` or ``LOCK``.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import shutil
 import struct
+import sys
 import tempfile
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +36,8 @@ LEDGERS_DB = "ledgers"
 LOCATIONS_DB = "locations"
 # files RocksDB only reads in a read-only open; WAL files share the .log suffix with nothing else here
 _DB_FILES = re.compile(r"CURRENT|IDENTITY|MANIFEST-\d+|OPTIONS-\d+|\d+\.(?:sst|log|blob)")
+_LOCATION_BATCH = 65536
+_LITTLE_ENDIAN_HOST = sys.byteorder == "little"
 _OPEN_ATTEMPTS = 3  # a live bookie may replace a file between listing the dir and opening it
 
 
@@ -98,6 +103,20 @@ class ReadOnlyRocksDb:
 
     def get(self, key: bytes) -> bytes | None:
         return self._db.get(key)
+
+    def batches_from(self, start: bytes, size: int) -> Iterator[tuple[list[bytes], list[bytes]]]:
+        """(keys, values) from the first key >= ``start`` on, ``size`` pairs at a time."""
+        cursor = self._db.iter()
+        cursor.seek(start)
+        while cursor.valid():
+            keys, values = [], []
+            for _ in range(size):
+                if not cursor.valid():
+                    break
+                keys.append(cursor.key())
+                values.append(cursor.value())
+                cursor.next()
+            yield keys, values
 
     def items_from(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs in bytewise key order from the first key >= ``start``."""
@@ -171,6 +190,49 @@ class DbLedgerIndex:
             raw = LOCATION_VALUE.unpack(value)[0]
             if raw:  # 0 reads as "no such entry" in BookKeeper
                 yield entry_id, EntryLocation.decode(raw)
+
+    def ledger_locations(self) -> Iterator[tuple[int, array, array]]:
+        """(ledger id, entry ids, encoded locations) of every ledger in the `locations` DB, in key order.
+
+        One cursor over the whole DB, read in batches and decoded without a Python object per entry.
+        """
+        ledger_id, entry_ids, raw_locations = None, array("Q"), array("Q")
+        for keys, values in self._locations.batches_from(LOCATION_KEY.pack(0, 0), _LOCATION_BATCH):
+            if set(map(len, keys)) != {LOCATION_KEY.size} or set(map(len, values)) != {LOCATION_VALUE.size}:
+                self._check_batch(keys, values)
+            pairs = array("Q", b"".join(keys))
+            found = array("Q", b"".join(values))
+            if _LITTLE_ENDIAN_HOST:
+                pairs.byteswap()
+                found.byteswap()
+            ledgers, entries = pairs[0::2], pairs[1::2]
+            i = 0
+            while i < len(ledgers):
+                current = ledgers[i]
+                if current >= 1 << 63:
+                    break  # negative keys sort after every ledger
+                j = bisect.bisect_right(ledgers, current, i)
+                if current != ledger_id:
+                    if ledger_id is not None:
+                        yield ledger_id, entry_ids, raw_locations
+                    ledger_id, entry_ids, raw_locations = current, array("Q"), array("Q")
+                part_ids, part = entries[i:j], found[i:j]
+                if 0 in part:  # 0 reads as "no such entry" in BookKeeper
+                    keep = [k for k, raw in enumerate(part) if raw]
+                    part_ids, part = array("Q", (part_ids[k] for k in keep)), array("Q", (part[k] for k in keep))
+                entry_ids.extend(part_ids)
+                raw_locations.extend(part)
+                i = j
+        if ledger_id is not None:
+            yield ledger_id, entry_ids, raw_locations
+
+    def _check_batch(self, keys: list[bytes], values: list[bytes]) -> None:
+        for key, value in zip(keys, values):
+            ledger_id, entry_id = self._unpack_key(LOCATION_KEY, key, self._locations)
+            if len(value) != LOCATION_VALUE.size:
+                raise MalformedDbRecord(
+                    f"{self._locations.path}: key ({ledger_id}, {entry_id}): expected an {LOCATION_VALUE.size}-byte "
+                    f"location, found {len(value)} bytes")
 
     @staticmethod
     def _unpack_key(layout: struct.Struct, key: bytes, db: ReadOnlyRocksDb) -> tuple[int, ...]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import re
 import struct
+import sys
+from array import array
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
 from scanner.storage.ledgerstate import LedgerState
-from scanner.storage.location import EntryLocation
+from scanner.storage.location import EntryLocation, nonzero_slots
 
 HEADER_SIZE = 1024
 SIGNATURE = b"BKLE"
@@ -24,6 +26,8 @@ MIN_EXPLICIT_LAC_LENGTH = 16  # ledger id + LAC; the digest follows
 _INT = struct.Struct(">i")
 _SLOT = struct.Struct(">Q")
 _READ_CHUNK = 64 * 1024  # a multiple of SLOT_SIZE
+_ARRAY_CHUNK = 8 << 20  # a multiple of SLOT_SIZE
+_LITTLE_ENDIAN_HOST = sys.byteorder == "little"
 _INDEX_NAME = re.compile(r"([0-9a-f]{1,16})\.(idx|rloc)")
 _MAX_LEDGER_ID = 2**63 - 1
 
@@ -137,6 +141,28 @@ class IndexFile:
                 entry_id += 1
             if len(chunk) < length:
                 return  # the file shrank since open (replaced by a rewrite): stop at what is there
+
+
+    def location_arrays(self) -> tuple[array, array]:
+        """(entry ids, encoded locations) of every non-empty slot, entry id ascending, as ``array('Q')`` pairs.
+
+        The same slots as :meth:`locations`, read in big sequential chunks and sifted without a Python
+        object per entry: the pass reads millions of slots this way.
+        """
+        entry_ids, raw_locations = array("Q"), array("Q")
+        slot_bytes = max(0, self.size - HEADER_SIZE) // SLOT_SIZE * SLOT_SIZE
+        for chunk_start in range(HEADER_SIZE, HEADER_SIZE + slot_bytes, _ARRAY_CHUNK):
+            length = min(_ARRAY_CHUNK, HEADER_SIZE + slot_bytes - chunk_start)
+            chunk = os.pread(self._fd, length, chunk_start)
+            slots = array("Q", chunk[: len(chunk) // SLOT_SIZE * SLOT_SIZE])
+            if _LITTLE_ENDIAN_HOST:
+                slots.byteswap()
+            found_ids, found = nonzero_slots(slots, (chunk_start - HEADER_SIZE) // SLOT_SIZE)
+            entry_ids.extend(found_ids)
+            raw_locations.extend(found)
+            if len(chunk) < length:
+                break  # the file shrank since open (replaced by a rewrite): stop at what is there
+        return entry_ids, raw_locations
 
 
 def _open_read_only(path: Path) -> int:

@@ -1,0 +1,492 @@
+"""A full pass over one bookie (or one of its ledger dirs): the index read once in its order, every entry log
+read once front to back.
+
+1. The index: for each ledger (metadata read in pipelined batches), conditions 1 and 2 from its
+   entry list; its digest type and key go to a compact table, its locations to sorted runs.
+2. The cluster: ledgers the metadata places on this bookie that the index lacks (condition 1).
+3. The walk: each entry log once, every digest verified, every location the index holds matched
+   against the record the walk finds there (condition 3 and the index-to-record check as a join),
+   every finished log's ledgers map checked against what the walk saw.
+4. Confirmation: nothing leaves the pass on the word of a snapshot. What the index or the walk
+   showed is read again from the bookie's files and the metadata as they are now (the journal
+   since the last mark, a fresh index, the record at the location it names, the ledger's
+   metadata): a race with a write, a flush, garbage collection or compaction is never a finding.
+   An entry the index lacks but the journal holds after the bookie's last mark is acknowledged and
+   not yet flushed, not missing.
+
+The steps are public so the agent can pace, checkpoint and resume between them. Memory holds one
+batch of ledgers, one sorted run or one window of locations, the compact table and what is
+damaged: no metadata object per ledger, nothing per entry.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Callable, Iterator
+
+from scanner.bookie_scan import BookieScanner, Pacer, Unpaced
+from scanner.checks.entry_log_check import judge_entry_log
+from scanner.checks.findings import Category, Finding
+from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults, orphan_finding
+from scanner.ledger_table import LedgerTable
+from scanner.location_runs import LocationRuns
+from scanner.metadata.store import LedgerRead
+from scanner.storage.bookie import BookieStorage, EntryLogFile
+from scanner.storage.dbstorage import DbIndexError
+from scanner.storage.entry import DigestVerifier
+from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog, TruncatedRecord
+from scanner.storage.journal import pending_entries
+
+log = logging.getLogger(__name__)
+
+METADATA_BATCH = 500  # ledgers whose metadata is read in one pipelined round
+BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metadata is read
+
+
+@dataclass
+class PassTotals:
+    ledgers_checked: int = 0
+    entry_logs_scanned: int = 0
+    entries_verified: int = 0
+    bytes_scanned: int = 0
+    journaled: int = 0  # entries the index lacked that the journal holds unflushed (not missing)
+
+
+@dataclass
+class _Orphan:
+    indexed: int | None = None
+    unreadable: int = 0
+    logs: set[int] = field(default_factory=set)
+
+
+class _Recording:
+    """A digest verifier that also notes which entries of its ledger the walk met (for an unindexed ledger)."""
+
+    __slots__ = ("_verifier", "entries", "logs", "digest_type", "min_length")
+
+    def __init__(self, verifier: DigestVerifier | None):
+        self._verifier = verifier
+        self.entries: set[int] = set()
+        self.logs: set[int] = set()
+        self.digest_type = verifier.digest_type if verifier else None
+        self.min_length = verifier.min_length if verifier else 0
+
+    def verify(self, entry: memoryview) -> bool:
+        self.entries.add(int.from_bytes(entry[8:16], "big"))
+        return self._verifier is None or self._verifier.verify(entry)
+
+
+class Stopped(Exception):
+    """A walk ended early at the caller's request (its ``checkpoint`` said so)."""
+
+
+class BookiePass:
+    """One full pass over what ``dir_index`` owns (None: the whole bookie).
+
+    A ledger dir owns the ledgers ``L mod dirs == dir_index`` (as DbLedgerStorage places them; for
+    `.idx` storage it is just a fair split) for conditions 1 and 2, and the entry logs in it.
+    """
+
+    def __init__(self, storage: BookieStorage, store, bookie_id: str, scratch: Path | None,
+                 reopen: Callable[[], BookieStorage], pacer: Pacer | None = None, dir_index: int | None = None):
+        self.storage = storage
+        self.store = store
+        self.bookie_id = bookie_id
+        self.reopen = reopen  # a fresh view of the bookie's index (a RocksDB view is a snapshot)
+        self.pacer = pacer or Unpaced()
+        self.dir_index = dir_index
+        self.dir_count = len(storage.layout.ledger_dirs)
+        self.totals = PassTotals()
+        self.table = LedgerTable()
+        self.runs = LocationRuns(scratch)
+        self.undecodable: set[int] = set()
+        self.index_problem: str | None = None  # why the index stopped reading part-way, if it did
+        self.log_files = self._own_logs()  # the logs of this pass, listed once, id order
+        self._own_log_ids = {f.entry_log_id for f in self.log_files}
+        self._orphans: dict[int, _Orphan] = defaultdict(_Orphan)
+        self._absent: set[int] = set()  # ledgers met in the logs that the metadata does not have
+        self._unindexed: dict[int, _Recording] = {}  # placed on this bookie by the metadata, not in the index
+        self._unlisted: dict[int, DigestVerifier | None] = {}  # ledgers only the logs named, read once
+        self._recheck: set[int] = set()  # ledgers with index findings, judged again on fresh reads
+        self._reported: dict[int, set[int]] = defaultdict(set)  # entries already in a finding, per ledger
+
+    def close(self) -> None:
+        self.runs.close()
+
+    def __enter__(self) -> "BookiePass":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self, progress=None) -> list[Finding]:
+        """The whole pass at once (the ``scan`` command)."""
+        self.read_index()
+        self.read_cluster()
+        findings = self.judge_index()
+        if progress:
+            progress.start("entry logs", sum(_size(f.path) for f in self.log_files), "B")
+        for log_file in self.log_files:
+            findings.extend(self.walk(log_file, progress=progress))
+        findings.extend(self.finish({f.entry_log_id for f in self.log_files}))
+        if progress:
+            progress.finish()
+        return findings
+
+    def owns_ledger(self, ledger_id: int) -> bool:
+        return self.dir_index is None or ledger_id % self.dir_count == self.dir_index
+
+    def _own_logs(self) -> list[EntryLogFile]:
+        return [f for f in self.storage.entry_logs() if self.dir_index is None or f.ledger_dir_index == self.dir_index]
+
+    # -- 1. the index -------------------------------------------------------------------------
+
+    def read_index(self) -> None:
+        index = self.storage.indexed_ledgers(self.dir_index)
+        try:
+            while batch := _next_batch(index):
+                reads = self.store.ledger_batch([ledger_id for ledger_id, _, _ in batch])
+                for (_, entry_ids, raw_locations), read in zip(batch, reads):
+                    self._index_ledger(read, entry_ids, raw_locations)
+        except DbIndexError as error:
+            # The index stops reading part-way: every ledger it would have listed is judged on its own.
+            log.warning("%s", error)
+            self.index_problem = str(error)
+        self.runs.finish()
+        self.table.freeze()
+
+    def _index_ledger(self, read: LedgerRead, entry_ids, raw_locations) -> None:
+        ledger_id = read.ledger_id
+        owned = self.owns_ledger(ledger_id)
+        if owned:
+            self.totals.ledgers_checked += 1
+        if read.error is not None:
+            if owned:
+                self._undecodable(ledger_id, read.error)
+            return
+        if entry_ids is None:  # the ledger's own index does not read: judged by the confirmation
+            if owned:
+                self._recheck.add(ledger_id)
+            return
+        self.pacer.take_entries(len(entry_ids))
+        if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
+            entry_ids, raw_locations = self._into_own_logs(entry_ids, raw_locations)
+        self.runs.add(ledger_id, entry_ids, raw_locations)
+        if read.meta is None:
+            if owned:
+                self._orphans[ledger_id].indexed = len(entry_ids)
+            return
+        self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
+        if not owned or _holds_every_entry(read.meta, self.bookie_id, entry_ids):
+            return
+        evidence = LedgerEvidence(ledger_id, entry_ids)
+        if any(not f.category.informational for f in judge_ledger(read.meta, self.bookie_id, evidence)):
+            self._recheck.add(ledger_id)
+
+    def _into_own_logs(self, entry_ids, raw_locations):
+        # `.idx` storage spreads one id space of logs over all ledger dirs: keep the locations into ours.
+        from array import array
+
+        keep = [i for i, raw in enumerate(raw_locations) if raw >> 32 in self._own_log_ids]
+        if len(keep) == len(raw_locations):
+            return entry_ids, raw_locations
+        return array("Q", (entry_ids[i] for i in keep)), array("Q", (raw_locations[i] for i in keep))
+
+    # -- 2. the cluster -----------------------------------------------------------------------
+
+    def read_cluster(self) -> None:
+        """Ledgers the metadata places on this bookie that the index does not have (condition 1)."""
+        ids = (i for i in self.store.ledger_ids()
+               if self.owns_ledger(i) and i not in self.table and i not in self._orphans and i not in self._recheck
+               and i not in self.undecodable)
+        while batch := list(islice(ids, METADATA_BATCH)):
+            for read in self.store.ledger_batch(batch):
+                if read.error is not None:
+                    self._undecodable(read.ledger_id, read.error)
+                elif read.meta is not None and judge_ledger(read.meta, self.bookie_id,
+                                                            LedgerEvidence(read.ledger_id, None)):
+                    verifier = None
+                    if read.meta.digest_type is not None:
+                        verifier = DigestVerifier(read.meta.digest_type, read.meta.password or b"")
+                    self._unindexed[read.ledger_id] = _Recording(verifier)
+                    self.totals.ledgers_checked += 1
+
+    def judge_index(self) -> list[Finding]:
+        """Conditions 1 and 2 for the ledgers whose index the index step found short, confirmed now."""
+        ledgers = sorted(self._recheck)
+        self._recheck.clear()
+        return self._confirm(ledgers, {}, with_index=set(ledgers))
+
+    # -- 3. the walk --------------------------------------------------------------------------
+
+    def walk(self, log_file: EntryLogFile, start: int | None = None,
+             checkpoint: Callable[[int, list[Finding]], bool] | None = None, progress=None) -> list[Finding]:
+        """Walk one entry log from ``start`` (a record boundary; None: its first record) to its end.
+
+        About every MiB, ``checkpoint(offset, findings)`` gets the record boundary reached and the
+        confirmed findings about everything before it; when it returns True the walk raises
+        :class:`Stopped` there. Returns the findings after the last checkpoint.
+        """
+        try:
+            entry_log = EntryLog(log_file.path, log_file.entry_log_id)
+        except MissingEntryLog:
+            return []  # gone since it was listed: its indexed entries are confirmed by ``finish``
+        except EntryLogError as error:
+            return judge_entry_log(log_file.entry_log_id, [error], False)
+        self._own_log_ids.add(log_file.entry_log_id)
+        with entry_log:
+            self.totals.entry_logs_scanned += 1
+            first = start if start is not None else (entry_log.header.data_start if entry_log.header else 0)
+            faults: dict[int, list[RecordFault]] = defaultdict(list)
+            drained = judged = 0
+            reached = first
+
+            def settle_so_far(final: bool) -> list[Finding]:
+                nonlocal drained, judged
+                for fault in entry_log.index_faults[drained:]:
+                    faults[fault.ledger_id].append(RecordFault(
+                        fault.entry_id, log_file.entry_log_id, fault.pos, fault.lost, fault.reason))
+                drained = len(entry_log.index_faults)
+                found = self._confirm(sorted(faults), faults) if faults else []
+                faults.clear()
+                problems = entry_log.problems[judged:]
+                judged = len(entry_log.problems)
+                if final and start is None and entry_log.valid_end is not None:
+                    problems = problems + self._ledgers_map_problems(entry_log)
+                if problems:
+                    lost_here = any(f.category is Category.LOST_ENTRY and f.entry_log == log_file.entry_log_id
+                                    for f in found)
+                    active = not lost_here and self._is_active(log_file, entry_log)
+                    if not final:  # a torn tail is only ever the end of the walk
+                        problems = [p for p in problems if not isinstance(p, TruncatedRecord)]
+                    found += judge_entry_log(log_file.entry_log_id, problems, active)
+                return found
+
+            def pace(n: int) -> None:
+                nonlocal reached
+                self.pacer.take_bytes(n)
+                reached += n
+                if progress:
+                    progress.advance(n)
+                if checkpoint is not None and checkpoint(reached, settle_so_far(False)):
+                    raise Stopped
+
+            try:
+                for failure in entry_log.verify_records(self._verifier_for, start=start, pace=pace,
+                                                        expected=self.runs.windows(log_file.entry_log_id, first)):
+                    if failure.indexed:
+                        faults[failure.ledger_id].append(RecordFault(
+                            failure.entry_id, log_file.entry_log_id, failure.pos, False, failure.reason))
+            finally:
+                self.totals.entries_verified += entry_log.stats.entries_verified
+                self.totals.bytes_scanned += entry_log.stats.bytes_scanned
+            for ledger_id in entry_log.stats.ledger_bytes:
+                if ledger_id in self._absent and self.owns_ledger(ledger_id):
+                    self._orphans[ledger_id].logs.add(log_file.entry_log_id)
+                recording = self._unindexed.get(ledger_id)
+                if recording is not None:
+                    recording.logs.add(log_file.entry_log_id)
+            found = settle_so_far(True)
+        if progress and entry_log.size > reached:
+            progress.advance(entry_log.size - reached)
+        return found
+
+    def _ledgers_map_problems(self, entry_log: EntryLog) -> list[EntryLogError]:
+        """The map BookKeeper's garbage collector trusts, against what the walk of the whole log saw."""
+        listed = entry_log.ledgers_map()
+        if listed is None:
+            return []
+        seen = entry_log.stats.ledger_bytes
+        wrong = sorted({ledger_id for ledger_id, _ in set(listed.items()) ^ set(seen.items())})
+        if not wrong:
+            return []
+        details = [f"ledger {ledger_id}: map {listed.get(ledger_id, 'absent')}, records {seen.get(ledger_id, 'absent')}"
+                   for ledger_id in wrong[:5]]
+        more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""
+        return [EntryLogError(entry_log.path, entry_log.entry_log_id, entry_log.header.ledgers_map_offset,
+                              "the ledgers map disagrees with the records (bytes per ledger): "
+                              + "; ".join(details) + more)]
+
+    def _verifier_for(self, ledger_id: int):
+        if ledger_id in self.table:
+            return self.table.verifier(ledger_id)
+        recording = self._unindexed.get(ledger_id)
+        if recording is not None:
+            return recording
+        if ledger_id in self._unlisted:
+            return self._unlisted[ledger_id]
+        if ledger_id in self._absent or ledger_id in self.undecodable:
+            return None
+        read = self.store.ledger_batch([ledger_id])[0]  # a ledger the index does not list: deleted, mostly
+        verifier = None
+        if read.error is not None:
+            self._undecodable(ledger_id, read.error)
+        elif read.meta is None:
+            self._absent.add(ledger_id)
+        else:
+            if read.meta.digest_type is not None:
+                verifier = DigestVerifier(read.meta.digest_type, read.meta.password or b"")
+            self._unlisted[ledger_id] = verifier
+        return verifier
+
+    # -- 4. the end of the pass ---------------------------------------------------------------
+
+    def finish(self, walked: set[int]) -> list[Finding]:
+        """What only the whole pass can tell: indexed entries in logs not walked (deleted or created since the
+        listing), ledgers the index lacks (with the entry logs that still hold their records), orphans."""
+        faults: dict[int, list[RecordFault]] = defaultdict(list)
+        for entry_log_id in self.runs.entry_log_ids():
+            if entry_log_id in walked:
+                continue
+            for window in self.runs.windows(entry_log_id):
+                for pos, ledger_id, entry_id in zip(window.pos, window.ledger_ids, window.entry_ids):
+                    faults[ledger_id].append(RecordFault(
+                        entry_id, entry_log_id, pos, True, f"entry log {entry_log_id} was not there to walk"))
+        findings = self._confirm(sorted(set(faults) | set(self._unindexed)), faults, with_index=set(self._unindexed))
+        for ledger_id in sorted(self._orphans):
+            orphan = self._orphans[ledger_id]
+            finding = orphan_finding(ledger_id, orphan.indexed, orphan.unreadable, orphan.logs)
+            if finding is not None:
+                findings.append(finding)
+        return findings
+
+    # -- confirmation -------------------------------------------------------------------------
+
+    def _confirm(self, ledgers: list[int], faults: dict[int, list[RecordFault]],
+                 with_index: set[int] = frozenset()) -> list[Finding]:
+        """Judge ``ledgers`` again on the journal, a fresh index and the metadata as they are now.
+
+        ``with_index``: ledgers whose conditions 1 and 2 are judged (on the index read now);
+        ``faults``: records the walk found wrong, each re-read where the index points now.
+        """
+        if not ledgers:
+            return []
+        findings: list[Finding] = []
+        # The journal first, the index after: an entry flushed in between is then found in the index.
+        pending = pending_entries(self.storage.layout, with_index) if with_index else set()
+        with self.reopen() as fresh, BookieScanner(fresh, self.store, self.bookie_id) as scanner:
+            for start in range(0, len(ledgers), METADATA_BATCH):
+                for read in self.store.ledger_batch(ledgers[start:start + METADATA_BATCH]):
+                    findings.extend(self._confirm_ledger(scanner, read, faults.get(read.ledger_id, ()),
+                                                         read.ledger_id in with_index, pending))
+        return findings
+
+    def _confirm_ledger(self, scanner: BookieScanner, read: LedgerRead, faults, with_index: bool,
+                        pending: set[tuple[int, int]]) -> list[Finding]:
+        ledger_id = read.ledger_id
+        if read.error is not None:
+            self._undecodable(ledger_id, read.error)
+            return []
+        if read.meta is None:
+            if ledger_id in self._orphans:
+                self._orphans[ledger_id].unreadable += sum(1 for f in faults if f.lost)
+            return []  # deleted: its leftovers are garbage collection's
+        findings = []
+        if with_index:
+            evidence = scanner.ledger_evidence(ledger_id, None)
+            journaled = [e for ledger, e in pending if ledger == ledger_id]
+            if journaled:
+                self.totals.journaled += len(journaled)
+                indexed = sorted(set(evidence.indexed or ()) | set(journaled))
+                evidence = dataclasses.replace(evidence, indexed=indexed, index_problem=None)
+            recording = self._unindexed.get(ledger_id)
+            if recording is not None and evidence.indexed is None:
+                evidence = dataclasses.replace(evidence, logged_entries=sorted(recording.entries),
+                                               logged_in=tuple(sorted(recording.logs)))
+            findings.extend(judge_ledger(read.meta, self.bookie_id, evidence))
+        confirmed = self._still_faulty(scanner, ledger_id, faults)
+        reported = self._reported[ledger_id]
+        for finding in findings:
+            if finding.category in (Category.LOST_ENTRY, Category.CORRUPT_ENTRY):
+                reported.update(_entries(finding))
+        confirmed = tuple(f for f in confirmed if f.entry_id not in reported)
+        if confirmed:
+            record_findings = judge_record_faults(read.meta, self.bookie_id, ledger_id, confirmed)
+            for finding in record_findings:
+                reported.update(_entries(finding))
+            findings.extend(record_findings)
+        if not reported:
+            del self._reported[ledger_id]
+        return findings
+
+    def _still_faulty(self, scanner: BookieScanner, ledger_id: int, faults) -> tuple[RecordFault, ...]:
+        """The walk's faults of the ledger that the index, read now, still points at and that still fail."""
+        if not faults:
+            return ()
+        wanted = {f.entry_id for f in faults}
+        try:
+            current = {e: loc for e, loc in scanner.storage.locations(ledger_id) if e in wanted}
+        except (EntryLogError, DbIndexError, OSError, ValueError):
+            return ()  # the index itself is the problem now: the ledger's own check reports that
+        verifier = self._verifier_for(ledger_id)
+        confirmed = []
+        for fault in faults:
+            location = current.get(fault.entry_id)
+            if location is None:
+                continue  # no longer indexed: the ledger check says whether it is missing
+            again = scanner.check_record(ledger_id, fault.entry_id, location, verifier)
+            if again is not None:  # a digest failure keeps the walk's words; a lost record the precise reason
+                confirmed.append(fault if not (fault.lost or again.lost) else again)
+        return tuple(confirmed)
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _undecodable(self, ledger_id: int, error: Exception) -> None:
+        if ledger_id not in self.undecodable:
+            log.warning("ledger %d not judged: %s", ledger_id, error)
+            self.undecodable.add(ledger_id)
+
+    def _is_active(self, log_file: EntryLogFile, entry_log: EntryLog) -> bool:
+        """The log the bookie may still be appending to: no ledgers map, and the newest such log of its dir."""
+        if entry_log.header is not None and entry_log.header.ledgers_map_offset > 0:
+            return False
+        same_dir = [f.entry_log_id for f in self.storage.entry_logs()
+                    if f.ledger_dir_index == log_file.ledger_dir_index and _size(f.path) > 0]
+        return not same_dir or log_file.entry_log_id >= max(same_dir)
+
+
+def _entries(finding: Finding) -> Iterator[int]:
+    for first, last in finding.entries or ():
+        yield from range(first, last + 1)
+
+
+def _holds_every_entry(meta, bookie_id: str, entry_ids) -> bool:
+    """True when, by counting alone, the index lists every entry the write sets give this bookie.
+
+    Exact for fragments whose write quorum is the whole ensemble (every entry is on every bookie);
+    False (judge entry by entry) as soon as a fragment stripes.
+    """
+    for fragment in meta.fragments():
+        if fragment.bookie_index(bookie_id) is None or fragment.last_entry_id is None:
+            continue
+        if fragment.write_quorum != fragment.ensemble_size:
+            return False
+        first, last = fragment.first_entry_id, fragment.last_entry_id
+        if bisect.bisect_right(entry_ids, last) - bisect.bisect_left(entry_ids, first) != last - first + 1:
+            return False
+    return True
+
+
+def _next_batch(index: Iterator) -> list:
+    """Up to METADATA_BATCH ledgers (and about BATCH_ENTRIES entries) from the index."""
+    batch, entries = [], 0
+    for item in index:
+        batch.append(item)
+        entries += 0 if item[1] is None else len(item[1])
+        if len(batch) >= METADATA_BATCH or entries >= BATCH_ENTRIES:
+            break
+    return batch
+
+
+def _size(path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0

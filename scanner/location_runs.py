@@ -1,0 +1,151 @@
+"""The index's locations, sorted by where they point, spilled to the scanner's scratch space.
+
+The pass reads the index in its own order (ledger by ledger) and the entry logs in theirs (log by log,
+front to back). To check that every location the index holds is a record of that entry without a
+random read per entry, the locations are sorted by (entry log, pos) in runs of bounded size, each
+written to a file; the walk of a log then gathers that log's slice of every run, a window of
+positions at a time, so memory holds one run while sorting and one window while walking, however
+many ledgers, entries and logs the bookie has.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import shutil
+import tempfile
+from array import array
+from pathlib import Path
+from typing import Iterator
+
+from scanner.storage.entrylog import ExpectedRecords
+from scanner.storage.location import uint64_array
+
+RUN_ENTRIES = 1 << 18  # locations sorted in memory at once: 6 MiB of arrays
+WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk
+_POS_MASK = 0xFFFFFFFF
+
+
+class _Run:
+    """One sorted run on disk: three native uint64 columns (location, ledger, entry), mapped read-only."""
+
+    def __init__(self, path: Path, count: int):
+        self.count = count
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if count else None
+        view = memoryview(self._map).cast("Q") if count else memoryview(array("Q"))
+        self.locations = view[:count]
+        self.ledger_ids = view[count:2 * count]
+        self.entry_ids = view[2 * count:]
+
+    def span(self, low: int, high: int, start: int = 0) -> tuple[int, int]:
+        """Indexes [i, j) of the locations in [low, high), searching from ``start``."""
+        i = bisect.bisect_left(self.locations, low, start)
+        return i, bisect.bisect_left(self.locations, high, i)
+
+    def forget(self) -> None:
+        """Let the kernel take back the pages read so far (they are our own file's, not the bookie's)."""
+        if self._map is not None:
+            self._map.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        for view in (self.locations, self.ledger_ids, self.entry_ids):
+            view.release()
+        if self._map is not None:
+            self._map.close()
+
+
+class LocationRuns:
+    """Collects (ledger, entry, location) triples; then serves them per entry log, sorted by position."""
+
+    def __init__(self, scratch: Path | None, run_entries: int = RUN_ENTRIES):
+        self._dir = Path(tempfile.mkdtemp(prefix="locations-", dir=scratch))
+        self._run_entries = run_entries
+        self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
+        self._runs: list[_Run] = []
+        self.count = 0
+
+    def add(self, ledger_id: int, entry_ids: array, raw_locations: array) -> None:
+        """The ledger's indexed entries and their encoded locations (``EntryLocation.encode``)."""
+        self._locations.extend(raw_locations)
+        self._entry_ids.extend(entry_ids)
+        self._ledger_ids.extend(array("Q", [ledger_id]) * len(entry_ids))
+        self.count += len(entry_ids)
+        if len(self._locations) >= self._run_entries:
+            self._spill()
+
+    def finish(self) -> None:
+        """No more locations: the rest goes to a run of its own."""
+        if self._locations:
+            self._spill()
+
+    def _spill(self) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        count = len(self._locations)
+        columns = [pa.Array.from_buffers(pa.uint64(), count, [None, pa.py_buffer(c)])
+                   for c in (self._locations, self._ledger_ids, self._entry_ids)]
+        order = pc.sort_indices(columns[0])
+        path = self._dir / f"run-{len(self._runs)}"
+        with open(path, "wb") as f:
+            for column in columns:
+                uint64_array(pc.take(column, order)).tofile(f)
+        self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
+        self._runs.append(_Run(path, count))
+
+    def entry_log_ids(self) -> list[int]:
+        """Every entry log some location points into, ascending."""
+        found: set[int] = set()
+        for run in self._runs:
+            i = 0
+            while i < run.count:
+                log_id = run.locations[i] >> 32
+                found.add(log_id)
+                i = run.span((log_id + 1) << 32, 1 << 64, i)[0]
+        return sorted(found)
+
+    def windows(self, entry_log_id: int, start_pos: int = 0) -> Iterator[ExpectedRecords]:
+        """The log's expected records from ``start_pos`` on, ascending by pos, a window of positions at a time."""
+        base = entry_log_id << 32
+        spans = [run.span(base + start_pos, base + (1 << 32)) for run in self._runs]
+        low = start_pos
+        while any(i < j for i, j in spans):
+            high = min(low + WINDOW_BYTES, 1 << 32)
+            cut = [run.span(base + low, base + high, i)[1] for run, (i, _) in zip(self._runs, spans)]
+            taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
+            spans = [(c, j) for (_, j), c in zip(spans, cut)]
+            if taken:
+                yield _sorted_window(taken, high if any(i < j for i, j in spans) else 1 << 64)
+            low = high
+        for run in self._runs:
+            run.forget()
+
+    def close(self) -> None:
+        for run in self._runs:
+            run.close()
+        self._runs.clear()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocationRuns":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _sorted_window(taken: list[tuple[_Run, int, int]], end: int) -> ExpectedRecords:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def column(part: str) -> "pa.Array":
+        return pa.concat_arrays([pa.Array.from_buffers(pa.uint64(), j - i, [None, pa.py_buffer(getattr(run, part)[i:j])])
+                                 for run, i, j in taken])
+
+    locations, ledger_ids, entry_ids = column("locations"), column("ledger_ids"), column("entry_ids")
+    if len(taken) > 1:  # each run is sorted; their slices interleave
+        order = pc.sort_indices(locations)
+        locations, ledger_ids, entry_ids = (pc.take(c, order) for c in (locations, ledger_ids, entry_ids))
+    positions = pc.bit_wise_and(locations, pa.scalar(_POS_MASK, pa.uint64()))
+    return ExpectedRecords(uint64_array(positions), uint64_array(ledger_ids), uint64_array(entry_ids), end)
