@@ -388,4 +388,5 @@ def _full_pass(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
     report.entry_logs_scanned = totals.entry_logs_scanned
     report.entries_verified = totals.entries_verified
     report.bytes_scanned = totals.bytes_scanned
+    report.add_storage_problems(storage.unreadable_indexes, full.undecodable)
     return report

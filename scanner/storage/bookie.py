@@ -229,6 +229,9 @@ class _UnopenedIndex:
     def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
         return iter(())  # no copy in the entry logs can be told live: the index finding covers them
 
+    def ledger_locations(self) -> Iterator[tuple[int, array, array]]:
+        return iter(())
+
 
 def open_bookie(layout: BookieLayout, work_dir: Path | None = None) -> BookieStorage:
     """A read-only storage view of the bookie; use it as a context manager.
