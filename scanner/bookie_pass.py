@@ -41,7 +41,7 @@ from scanner.metadata.store import LedgerRead
 from scanner.storage.bookie import BookieStorage, EntryLogFile
 from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entry import DigestVerifier
-from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog, TruncatedRecord
+from scanner.storage.entrylog import PACE_INTERVAL, EntryLog, EntryLogError, MissingEntryLog, TruncatedRecord
 from scanner.storage.journal import pending_entries
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,7 @@ class BookiePass:
         self.index_problem: str | None = None  # why the index stopped reading part-way, if it did
         self.log_files = self._own_logs()  # the logs of this pass, listed once, id order
         self._own_log_ids = {f.entry_log_id for f in self.log_files}
+        self.vanished: set[int] = set()  # listed logs that were gone when their turn came
         self._orphans: dict[int, _Orphan] = defaultdict(_Orphan)
         self._absent: set[int] = set()  # ledgers met in the logs that the metadata does not have
         self._unindexed: dict[int, _Recording] = {}  # placed on this bookie by the metadata, not in the index
@@ -135,7 +136,7 @@ class BookiePass:
             progress.start("entry logs", sum(_size(f.path) for f in self.log_files), "B")
         for log_file in self.log_files:
             findings.extend(self.walk(log_file, progress=progress))
-        findings.extend(self.finish({f.entry_log_id for f in self.log_files}))
+        findings.extend(self.finish())
         if progress:
             progress.finish()
         return findings
@@ -227,17 +228,19 @@ class BookiePass:
     # -- 3. the walk --------------------------------------------------------------------------
 
     def walk(self, log_file: EntryLogFile, start: int | None = None,
-             checkpoint: Callable[[int, list[Finding]], bool] | None = None, progress=None) -> list[Finding]:
+             checkpoint: Callable[[int, list[Finding]], bool] | None = None, progress=None,
+             pace_interval: int = PACE_INTERVAL) -> list[Finding]:
         """Walk one entry log from ``start`` (a record boundary; None: its first record) to its end.
 
-        About every MiB, ``checkpoint(offset, findings)`` gets the record boundary reached and the
+        About every ``pace_interval`` bytes, ``checkpoint(offset, findings)`` gets the record boundary reached and the
         confirmed findings about everything before it; when it returns True the walk raises
         :class:`Stopped` there. Returns the findings after the last checkpoint.
         """
         try:
             entry_log = EntryLog(log_file.path, log_file.entry_log_id)
         except MissingEntryLog:
-            return []  # gone since it was listed: its indexed entries are confirmed by ``finish``
+            self.vanished.add(log_file.entry_log_id)  # its indexed entries are confirmed by ``finish``
+            return []
         except EntryLogError as error:
             return judge_entry_log(log_file.entry_log_id, [error], False)
         self._own_log_ids.add(log_file.entry_log_id)
@@ -246,6 +249,7 @@ class BookiePass:
             first = start if start is not None else (entry_log.header.data_start if entry_log.header else 0)
             faults: dict[int, list[RecordFault]] = defaultdict(list)
             drained = judged = 0
+            held: list[EntryLogError] = []  # cut records: judged when the walk has ended (a torn tail or not)
             reached = first
 
             def settle_so_far(final: bool) -> list[Finding]:
@@ -258,14 +262,16 @@ class BookiePass:
                 faults.clear()
                 problems = entry_log.problems[judged:]
                 judged = len(entry_log.problems)
-                if final and start is None and entry_log.valid_end is not None:
-                    problems = problems + self._ledgers_map_problems(entry_log)
+                held.extend(p for p in problems if isinstance(p, TruncatedRecord))
+                problems = [p for p in problems if not isinstance(p, TruncatedRecord)]
+                if final:
+                    problems += held
+                    if start is None and entry_log.valid_end is not None:
+                        problems += self._ledgers_map_problems(entry_log)
                 if problems:
                     lost_here = any(f.category is Category.LOST_ENTRY and f.entry_log == log_file.entry_log_id
                                     for f in found)
                     active = not lost_here and self._is_active(log_file, entry_log)
-                    if not final:  # a torn tail is only ever the end of the walk
-                        problems = [p for p in problems if not isinstance(p, TruncatedRecord)]
                     found += judge_entry_log(log_file.entry_log_id, problems, active)
                 return found
 
@@ -280,7 +286,8 @@ class BookiePass:
 
             try:
                 for failure in entry_log.verify_records(self._verifier_for, start=start, pace=pace,
-                                                        expected=self.runs.windows(log_file.entry_log_id, first)):
+                                                        expected=self.runs.windows(log_file.entry_log_id, first),
+                                                        pace_interval=pace_interval):
                     if failure.indexed:
                         faults[failure.ledger_id].append(RecordFault(
                             failure.entry_id, log_file.entry_log_id, failure.pos, False, failure.reason))
@@ -338,10 +345,12 @@ class BookiePass:
 
     # -- 4. the end of the pass ---------------------------------------------------------------
 
-    def finish(self, walked: set[int]) -> list[Finding]:
-        """What only the whole pass can tell: indexed entries in logs not walked (deleted or created since the
-        listing), ledgers the index lacks (with the entry logs that still hold their records), orphans."""
+    def finish(self, vanished: set[int] = frozenset()) -> list[Finding]:
+        """What only the whole pass can tell: indexed entries in logs not walked (``vanished`` before their turn,
+        or created since the listing), ledgers the index lacks (with the entry logs that still hold their
+        records), orphans."""
         faults: dict[int, list[RecordFault]] = defaultdict(list)
+        walked = {f.entry_log_id for f in self.log_files} - set(vanished) - self.vanished
         for entry_log_id in self.runs.entry_log_ids():
             if entry_log_id in walked:
                 continue

@@ -69,8 +69,9 @@ def test_a_config_mistake_is_one_line_naming_the_key_and_exit_status_2(tmp_path,
 
 def test_a_cursor_survives_a_save_and_a_damaged_one_means_a_fresh_pass(tmp_path, caplog):
     path = tmp_path / "cursor-0.json"
-    cursor = Cursor("/d", 100.0, ENTRY_LOGS, ledger_id=7, ledgers_done=3, ledgers_total=3, entry_log_id=2,
-                    entry_log_inode=99, offset=4096, bytes_done=5000, bytes_total=10000, passes_completed=4)
+    cursor = Cursor("/d", 100.0, ENTRY_LOGS, ledgers_done=3, ledgers_total=3, last_log_done=1, entry_log_id=2,
+                    entry_log_inode=99, offset=4096, vanished_logs=(0,), bytes_done=5000, bytes_total=10000,
+                    passes_completed=4)
     save_cursor(path, cursor)
     assert load_cursor(path, "/d") == cursor
     assert 0.5 < cursor.pass_progress < 0.6

@@ -175,22 +175,23 @@ def test_the_agent_finds_every_injected_fault_marks_once_shows_it_and_never_writ
 
 def test_a_suspect_is_scanned_while_the_pass_waits_on_the_throttle_and_sigterm_keeps_the_place(tmp_path):
     sample = build_sample(tmp_path / "sample")
-    # One pass a day: the even-spread rate is the floor (1 KiB/s). Ledger 3 lost its index, so checking
-    # it walks the map-less entry logs (~30 KiB): the pass waits on the throttle for half a minute there.
+    # One pass a day, spread evenly: the rate is the floor (1 KiB/s), so the walk of the entry logs (~50 KiB)
+    # holds the pass on the throttle for most of a minute; suspects are read at full speed.
     config = write_config(tmp_path, sample, f"file:{sample.dump}", period_days=1.0)
     state_dir = tmp_path / "state"
     agent = AgentProcess(config, state_dir, tmp_path / "agent.err").start()
     try:
         agent.wait_ready()
-        wait_for(lambda: agent.scanner()["ledgers_done"] == 2, 30, "ledgers 1 and 2 were not checked")
+        wait_for(lambda: agent.scanner()["phase"] == "entry_logs", 30, "the index step did not finish")
         time.sleep(0.5)
-        assert agent.scanner()["ledgers_done"] == 2  # still inside ledger 3, held by the throttle
+        assert agent.scanner()["phase"] == "entry_logs"  # walking the first log, held by the throttle
+        assert agent.health()["findings"] == {"missing_entry": 1}  # the index step's: ledger 5 lacks 2 entries
         posted = time.monotonic()
         assert agent.post_suspect({"ledger": 2}) == {"queued": 1}
         wait_for(lambda: "ledger:2@0" in agent.health()["suspects_recent"], 1.0,
                  "the suspect was not scanned within a second")
         assert time.monotonic() - posted < 1.0
-        assert agent.health()["findings"] == {"corrupt_entry": 1}  # its digests were verified
+        assert agent.health()["findings"] == {"missing_entry": 1, "corrupt_entry": 1}  # its digests were verified
         # The bookie's log names a ledger and an entry log: both are scanned too.
         with (tmp_path / "bookie.log").open("a") as log:
             log.write("2024-01-01 00:00:00,000 - ERROR - [r:ReadEntryProcessorV3@1] - IOException while reading "
@@ -203,12 +204,14 @@ def test_a_suspect_is_scanned_while_the_pass_waits_on_the_throttle_and_sigterm_k
         if agent.process.poll() is None:
             agent.kill()
     cursor = json.loads((state_dir / "cursor-0.json").read_text())
-    assert (cursor["phase"], cursor["ledger_id"], cursor["ledgers_done"]) == ("ledgers", 2, 2)
+    assert cursor["phase"] == "entry_logs" and cursor["entry_log_id"] is not None and cursor["passes_completed"] == 0
+    assert cursor["ledgers_done"] == cursor["ledgers_total"] == 9
     # A suspect named while the agent is down waits in the state dir.
     assert "left in" in cli(config, "suspect", "--entry-log", "2").stdout
     agent.start().wait_ready()
     try:
-        assert agent.scanner()["ledgers_done"] == 2  # resumed, not started over
+        resumed = agent.scanner()
+        assert resumed["phase"] == "entry_logs" and resumed["pass_started"] == cursor["pass_started"]  # not over
         wait_for(lambda: "entry_log:2@0" in agent.health()["suspects_recent"], 10, "the inbox was not drained")
     finally:
         assert agent.terminate() == 0
@@ -220,9 +223,10 @@ def test_twenty_kill_minus_nines_lose_no_progress_no_suspect_and_file_no_mark_tw
     chroot = zk_load_dump(sample.dump)
     bookie_dir = sample.root / "bookie"
     before = snapshot(bookie_dir)
-    # Slow enough that a pass spans several lives of the agent: ~2 s of ledgers, ~1.5 s of entry logs.
+    # Slow enough that a pass spans several lives of the agent: ~0.3 s of index (read again after every
+    # restart), ~1.5 s of entry logs.
     config = write_config(tmp_path, sample, f"zk://{zookeeper.connect_string}{chroot}/ledgers", mark=True,
-                          period_days=3 / 86400, bytes_per_second=35000, entries_per_second=250)
+                          period_days=3 / 86400, bytes_per_second=35000, entries_per_second=1000)
     state_dir = tmp_path / "state"
     cursor_file = state_dir / "cursor-0.json"
     agent = AgentProcess(config, state_dir, tmp_path / "agent.err")

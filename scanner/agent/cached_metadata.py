@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import logging
 import threading
+from array import array
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from kazoo.protocol.states import KazooState
 
-from scanner.metadata.store import MetadataUnavailable
+from scanner.metadata.store import LedgerRead, MetadataUnavailable
 
 log = logging.getLogger(__name__)
 
-# Ledger metadata is a few hundred bytes: this bounds the cache to tens of MiB.
-CACHED_LEDGERS = 200_000
+# A decoded ledger's metadata is about a KiB: this bounds the cache to about 20 MiB, whatever the cluster's size.
+CACHED_LEDGERS = 20_000
 # How often a read in flight checks that ZooKeeper is still connected.
 CONNECTION_CHECK_SECONDS = 0.1
 # Reads in flight at once: one per ledger dir's scanner on the usual bookie.
@@ -33,7 +34,7 @@ class CachedMetadata:
         self.capacity = capacity
         self._lock = threading.Lock()
         self._ledgers: OrderedDict[int, object] = OrderedDict()
-        self._ledger_ids: list[int] | None = None
+        self._ledger_ids: array | None = None
         self._reachable = True
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="metadata-read")
         if self.client is not None:
@@ -63,11 +64,28 @@ class CachedMetadata:
             return self._cached(ledger_id, exc)
         self._note_reachable(True)
         with self._lock:
-            self._ledgers[ledger_id] = meta
-            self._ledgers.move_to_end(ledger_id)
-            if len(self._ledgers) > self.capacity:
-                self._ledgers.popitem(last=False)
+            self._remember(ledger_id, meta)
         return meta
+
+    def ledger_batch(self, ledger_ids: list[int]) -> list[LedgerRead]:
+        if self.client is not None and not self.client.connected:
+            return [LedgerRead(i, self._cached(i, None)) for i in ledger_ids]
+        try:
+            reads = self._read(lambda: self.store.ledger_batch(ledger_ids))
+        except MetadataUnavailable as exc:
+            return [LedgerRead(i, self._cached(i, exc)) for i in ledger_ids]
+        self._note_reachable(True)
+        with self._lock:
+            for read in reads:
+                if read.error is None:
+                    self._remember(read.ledger_id, read.meta)
+        return reads
+
+    def _remember(self, ledger_id: int, meta) -> None:
+        self._ledgers[ledger_id] = meta
+        self._ledgers.move_to_end(ledger_id)
+        if len(self._ledgers) > self.capacity:
+            self._ledgers.popitem(last=False)
 
     def _cached(self, ledger_id: int, error: MetadataUnavailable | None):
         self._note_reachable(False)
@@ -79,7 +97,7 @@ class CachedMetadata:
     def ledger_ids(self):
         if self.client is None or self.client.connected:
             try:
-                ids = self._read(lambda: list(self.store.ledger_ids()))
+                ids = self._read(lambda: array("Q", self.store.ledger_ids()))  # 8 bytes a ledger
             except MetadataUnavailable:
                 self._note_reachable(False)
             else:

@@ -20,15 +20,21 @@ LEDGER_PHASE_SHARE = 0.1
 
 @dataclass(frozen=True, slots=True)
 class Cursor:
+    """Where the pass is. In the entry-log phase the logs are walked in id order: every log up to
+    ``last_log_done`` was walked to its end (or had vanished, then it is in ``vanished_logs``), and
+    ``entry_log_id`` is the log being walked, to be resumed at the record that starts at ``offset``
+    (0: its first record). Nothing is ever "done" by default: a restart resumes exactly there."""
+
     ledger_dir: str
     pass_started: float  # epoch seconds
     phase: str
-    ledger_id: int | None = None  # the last ledger done in this pass
     ledgers_done: int = 0
     ledgers_total: int = 0
+    last_log_done: int | None = None  # the last entry log walked to its end in this pass
     entry_log_id: int | None = None  # the entry log being walked
     entry_log_inode: int | None = None  # a log id can be reused: resume only in the same file
-    offset: int | None = None  # a record boundary in that log where the walk resumes
+    offset: int = 0  # the record boundary in that log where the walk resumes (0: its first record)
+    vanished_logs: tuple[int, ...] = ()  # logs garbage collection removed before their turn
     bytes_done: int = 0
     bytes_total: int = 0
     passes_completed: int = 0
@@ -83,7 +89,7 @@ def save_cursor(path: Path, cursor: Cursor) -> None:
 
 
 _TYPES = {"ledger_dir": (str,), "pass_started": (int, float), "phase": (str,),
-          "last_pass_finished": (int, float, type(None))}
+          "last_pass_finished": (int, float, type(None)), "vanished_logs": (list,)}
 
 
 def _from_json(raw) -> Cursor:
@@ -95,6 +101,10 @@ def _from_json(raw) -> Cursor:
         expected = _TYPES.get(f.name, (int, type(None)) if f.default is None else (int,))
         if isinstance(value, bool) or not isinstance(value, expected) or (isinstance(value, int) and value < 0):
             raise ValueError(f"{f.name} = {value!r}")
+        if isinstance(value, list):
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+                raise ValueError(f"{f.name} = {value!r}")
+            value = tuple(value)
         values[f.name] = value
     if values["phase"] not in PHASES:
         raise ValueError(f"phase = {values['phase']!r}, expected one of {', '.join(PHASES)}")

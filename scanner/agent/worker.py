@@ -1,8 +1,9 @@
 """One ledger directory's scanner: suspects first, then its share of a regular pass, under a throttle.
 
-A pass checks the dir's ledgers (conditions 1-2, in id order), then walks its entry logs in id
-order verifying every digest (condition 3). The cursor is saved every ``checkpoint_seconds`` and
-whenever the worker stops, so a restart resumes at the last record boundary it saved.
+A pass (``scanner.bookie_pass``) reads the dir's index once (conditions 1-2 for its ledgers), then
+walks its entry logs in id order, each front to back, verifying every digest and the index's
+locations (condition 3). The cursor is saved every ``checkpoint_seconds`` and whenever the worker
+stops, so a restart resumes at the record boundary it saved (the index is then read again).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Callable
 from scanner.agent.cursor import ENTRY_LOGS, LEDGERS, WAITING, Cursor, cursor_path, fresh_cursor, load_cursor, save_cursor
 from scanner.agent.findingbook import FindingBook
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue
+from scanner.bookie_pass import BookiePass, Stopped
 from scanner.bookie_scan import BookieScanner
 from scanner.checks.findings import Finding
 from scanner.metadata.store import MetadataUnavailable
@@ -27,10 +29,10 @@ from throttle import Pacer
 
 log = logging.getLogger(__name__)
 
-# A DbLedgerStorage index view is a snapshot: reopen it this often so new entries are seen.
-STORAGE_REFRESH_SECONDS = 300.0
 # The lowest derived rate: a pass far ahead of schedule still moves.
 MIN_BYTES_PER_SECOND = 1024.0
+MIN_PACE_INTERVAL = 4096
+MAX_PACE_INTERVAL = 1 << 20
 RETRY_SECONDS = 5.0
 ERROR_RETRY_SECONDS = 60.0
 IDLE_WAIT_SECONDS = 3600.0
@@ -118,10 +120,7 @@ class LedgerDirWorker:
         self._saved: Cursor | None = None
         self._save_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"scanner-dir{index}", daemon=True)
-        self._storage: BookieStorage | None = None
-        self._storage_opened = 0.0
-        self._scanner: BookieScanner | None = None
-        self._ledgers: list[int] | None = None
+        self._pass: BookiePass | None = None
 
     # -- control (any thread) -----------------------------------------------------------------
 
@@ -169,11 +168,11 @@ class LedgerDirWorker:
                 except Exception as exc:  # a bug or a disk error must not end the agent: report and retry
                     log.exception("%s: scanner step failed; retrying in %gs", self.ledger_dir, ERROR_RETRY_SECONDS)
                     self.error = f"{type(exc).__name__}: {exc}"
-                    self._close_storage()
+                    self._close_pass()
                     self.pass_pacer.wait(ERROR_RETRY_SECONDS)
         finally:
             self._save()
-            self._close_storage()
+            self._close_pass()
 
     def _step(self) -> None:
         if self.paused():
@@ -227,8 +226,8 @@ class LedgerDirWorker:
             found.extend(findings)
             return self._stopping.is_set()
 
-        for log_file in self._dir_logs(storage):
-            if log_file.entry_log_id == entry_log_id:
+        for log_file in storage.entry_logs():
+            if log_file.ledger_dir_index == self.index and log_file.entry_log_id == entry_log_id:
                 found.extend(scanner.scan_entry_log(log_file, checkpoint=checkpoint))
         return found
 
@@ -236,76 +235,85 @@ class LedgerDirWorker:
 
     def _begin_pass(self) -> None:
         old = self.cursor
-        self._ledgers = None
-        self._close_storage()
+        self._close_pass()
         self.cursor = fresh_cursor(self.ledger_dir, self.clock(), old.passes_completed, old.last_pass_finished)
         self._save()
         log.info("%s: pass %d started", self.ledger_dir, old.passes_completed + 1)
 
     def _ledger_phase(self) -> None:
-        scanner = self._pass_scanner()
-        if self._ledgers is None:
-            # Fixed for the pass and in id order, so "the last ledger done" is a place to resume from.
-            self._ledgers = sorted(l for l in scanner.ledgers_to_check() if l % self.dir_count == self.index)
-            total = sum(self._sizes(self._dir_logs(scanner.storage)).values())
-            self.cursor = self.cursor.advanced(ledgers_total=len(self._ledgers), bytes_total=total)
+        """The dir's index read once: conditions 1 and 2 for its ledgers, the locations the walk will check."""
+        self._close_pass()
         self._retune()
-        for ledger_id in self._ledgers:
-            if self.cursor.ledger_id is not None and ledger_id <= self.cursor.ledger_id:
-                continue
-            if self._interrupted():
-                raise _Interrupted
-            scanner = self._pass_scanner()
-            self.book.record(scanner.scan_ledger(ledger_id))
-            self._advance(ledger_id=ledger_id, ledgers_done=self.cursor.ledgers_done + 1)
-        self._advance(phase=ENTRY_LOGS)
+        full = self._build_pass()
+        self.book.record(full.judge_index())
+        total = sum(_size(f.path) for f in full.log_files)
+        self._advance(phase=ENTRY_LOGS, ledgers_done=full.totals.ledgers_checked,
+                      ledgers_total=full.totals.ledgers_checked, bytes_total=total, bytes_done=0)
         self._save()
+        self._retune()
 
     def _entry_log_phase(self) -> None:
-        scanner = self._pass_scanner()
-        logs = self._dir_logs(scanner.storage)
-        sizes = self._sizes(logs)
-        cursor = self.cursor
-        if cursor.entry_log_id is None:
-            self._advance(bytes_total=sum(sizes.values()))
-        for log_file in logs:
+        full = self._pass
+        if full is None:  # resumed after a restart: the index is read again, its findings were already kept
+            full = self._build_pass()
+        self._retune()
+        for log_file in full.log_files:
             cursor = self.cursor
-            if cursor.entry_log_id is not None and (log_file.entry_log_id < cursor.entry_log_id or (
-                    log_file.entry_log_id == cursor.entry_log_id and cursor.offset is None)):
+            if cursor.last_log_done is not None and log_file.entry_log_id <= cursor.last_log_done:
                 continue
             if self._interrupted():
                 raise _Interrupted
-            self._walk(self._pass_scanner(), log_file, sizes.get(log_file, 0))
-        self.book.record(scanner.orphan_findings())
+            self._walk(full, log_file)
+        findings = full.finish(set(self.cursor.vanished_logs) | full.vanished)
+        self.book.record(findings)
         self._finish_pass()
 
-    def _walk(self, scanner: BookieScanner, log_file: EntryLogFile, size: int) -> None:
+    def _build_pass(self) -> BookiePass:
+        must_yield = lambda: self._stopping.is_set() or self.paused()  # noqa: E731 - suspects wait for the index
+        storage = open_bookie(self.settings.layout, work_dir=self._work_dir())
+        try:
+            full = BookiePass(storage, self.metadata, self.settings.layout.bookie_id, self._work_dir(),
+                              lambda: open_bookie(self.settings.layout, work_dir=self._work_dir()),
+                              _YieldingPacer(self.pass_pacer, must_yield), dir_index=self.index)
+            try:
+                full.read_index()
+                full.read_cluster()
+            except BaseException:
+                full.close()
+                raise
+        finally:
+            storage.close()  # the pass reads the index once; confirmations open a fresh view each time
+        full.pacer = _YieldingPacer(self.pass_pacer, self._interrupted)
+        self._pass = full
+        return full
+
+    def _walk(self, full: BookiePass, log_file: EntryLogFile) -> None:
         cursor = self.cursor
         inode = _inode(log_file.path)
-        start = None
-        if cursor.entry_log_id == log_file.entry_log_id and cursor.offset is not None and cursor.entry_log_inode == inode:
+        start = 0
+        if cursor.entry_log_id == log_file.entry_log_id and cursor.entry_log_inode == inode:
             start = cursor.offset
-        base = cursor.bytes_done - (start or 0)  # bytes of the logs before this one
-        stopped = False
+        base = cursor.bytes_done - start  # bytes of the logs before this one
         self._advance(entry_log_id=log_file.entry_log_id, entry_log_inode=inode, offset=start)
 
         def checkpoint(offset: int, findings: list[Finding]) -> bool:
-            nonlocal stopped
             self.book.record(findings)  # saved before the cursor moves past them
             self._advance(offset=offset, bytes_done=base + offset)
             self._retune()
-            stopped = self._interrupted()
-            return stopped
+            return self._interrupted()
 
         try:
-            findings = scanner.scan_entry_log(log_file, start=start, checkpoint=checkpoint)
-        finally:
-            scanner.close()  # never keep a log mapped that garbage collection may delete
-        if stopped:
+            findings = full.walk(log_file, start=start or None, checkpoint=checkpoint,
+                                 pace_interval=self._pace_interval())
+        except Stopped:
             self._save()
-            raise _Interrupted
+            raise _Interrupted from None
         self.book.record(findings)
-        self._advance(offset=None, entry_log_inode=None, bytes_done=base + size)
+        vanished = self.cursor.vanished_logs
+        if log_file.entry_log_id in full.vanished:
+            vanished = (*vanished, log_file.entry_log_id)
+        self._advance(last_log_done=log_file.entry_log_id, entry_log_id=None, entry_log_inode=None, offset=0,
+                      vanished_logs=vanished, bytes_done=base + _size(log_file.path))
 
     def _finish_pass(self) -> None:
         cursor = self.cursor
@@ -313,7 +321,7 @@ class LedgerDirWorker:
         self.cursor = cursor.advanced(phase=WAITING, passes_completed=cursor.passes_completed + 1,
                                       last_pass_finished=now, bytes_done=cursor.bytes_total)
         self._save()
-        self._close_storage()
+        self._close_pass()
         log.info("%s: pass %d finished in %.0fs", self.ledger_dir, self.cursor.passes_completed,
                  now - cursor.pass_started)
 
@@ -347,48 +355,23 @@ class LedgerDirWorker:
             rate = min(rate, cap)
         self.pass_pacer.set_rate(rate, self.settings.entries_per_second)
 
+    def _pace_interval(self) -> int:
+        """Bytes between checkpoints: a few a second at the pass's rate, so progress and the cursor move record by
+        record on a slow pass, and a MiB at a time on a fast one."""
+        rate = self.pass_pacer.effective_rate()
+        if not rate:
+            return MAX_PACE_INTERVAL
+        return int(min(MAX_PACE_INTERVAL, max(MIN_PACE_INTERVAL, rate / 4)))
+
     def _work_dir(self) -> Path:
-        work = self.settings.state_dir / "work"
+        work = self.settings.state_dir / "work" / f"dir{self.index}"
         work.mkdir(parents=True, exist_ok=True)
         return work
 
-    def _pass_scanner(self) -> BookieScanner:
-        now = self.clock()
-        if self._storage is None or now - self._storage_opened > STORAGE_REFRESH_SECONDS:
-            old = self._storage
-            self._storage = open_bookie(self.settings.layout, work_dir=self._work_dir())
-            self._storage_opened = now
-            if old is not None:
-                old.close()
-        if self._scanner is None:
-            self._scanner = BookieScanner(self._storage, self.metadata, self.settings.layout.bookie_id,
-                                          _YieldingPacer(self.pass_pacer, self._interrupted))
-        self._scanner.storage = self._storage
-        return self._scanner
-
-    def _close_storage(self) -> None:
-        if self._scanner is not None:
-            self._scanner.close()
-            self._scanner = None
-        if self._storage is not None:
-            self._storage.close()
-            self._storage = None
-
-    def _dir_logs(self, storage: BookieStorage) -> list[EntryLogFile]:
-        return sorted((f for f in storage.entry_logs() if self._owns_log(f)), key=lambda f: f.entry_log_id)
-
-    def _owns_log(self, log_file: EntryLogFile) -> bool:
-        return log_file.ledger_dir_index == self.index
-
-    @staticmethod
-    def _sizes(logs: list[EntryLogFile]) -> dict[EntryLogFile, int]:
-        sizes = {}
-        for log_file in logs:
-            try:
-                sizes[log_file] = os.stat(log_file.path).st_size
-            except FileNotFoundError:
-                pass  # garbage collection got there first
-        return sizes
+    def _close_pass(self) -> None:
+        if self._pass is not None:
+            self._pass.close()
+            self._pass = None
 
 
 def _inode(path: Path) -> int | None:
@@ -396,3 +379,10 @@ def _inode(path: Path) -> int | None:
         return os.stat(path).st_ino
     except FileNotFoundError:
         return None
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0  # garbage collection got there first

@@ -377,7 +377,8 @@ class EntryLog:
 
     def verify_records(self, verifier_for: Callable[[int], DigestVerifier | None], start: int | None = None,
                        pace: Callable[[int], object] | None = None,
-                       expected: Iterable[ExpectedRecords] = ()) -> Iterator[DigestFailure]:
+                       expected: Iterable[ExpectedRecords] = (),
+                       pace_interval: int = PACE_INTERVAL) -> Iterator[DigestFailure]:
         """Walk as :meth:`records` does, verify each entry's digest, and yield only the failures.
 
         ``verifier_for(ledger_id)`` is asked once per ledger per walk; ``None`` means "unknown
@@ -385,7 +386,7 @@ class EntryLog:
         locations into this log from ``start`` on), each is matched against the record the walk finds
         there; what does not match goes to :attr:`index_faults`, complete once the walk has ended.
         """
-        return self._walk(self._start(start), pace, verifier_for, expected)
+        return self._walk(self._start(start), pace, verifier_for, expected, pace_interval)
 
     def _start(self, start: int | None) -> int | None:
         if start is not None and start < LEGACY_HEADER_SIZE:
@@ -394,7 +395,8 @@ class EntryLog:
             return None
         return self.header.data_start if start is None else start
 
-    def _walk(self, start, pace, verifier_for, expected: Iterable[ExpectedRecords]) -> Iterator:
+    def _walk(self, start, pace, verifier_for, expected: Iterable[ExpectedRecords],
+              pace_interval: int = PACE_INTERVAL) -> Iterator:
         self.stats = stats = WalkStats()
         self.valid_end = None
         self.index_faults = index_faults = []
@@ -418,7 +420,7 @@ class EntryLog:
         next_exp = window_end
         verified = skipped = failed = 0
         pos = paced = start
-        next_stop = start + PACE_INTERVAL
+        next_stop = start + pace_interval
         next_release = start + RELEASE_INTERVAL
         guest = PageCacheGuest(self._fd)
         chunk_base, chunk = start, memoryview(b"")
@@ -434,7 +436,7 @@ class EntryLog:
                     if pos >= next_release:
                         guest.release(pos)
                         next_release = pos + RELEASE_INTERVAL
-                    next_stop = pos + PACE_INTERVAL
+                    next_stop = pos + pace_interval
                 at = pos - chunk_base
                 body = pos + 4
                 if at + 20 <= chunk_length:
