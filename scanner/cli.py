@@ -38,9 +38,20 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from scanner.envelope import tool_version
+class _VersionAction(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked (it costs an import)."""
 
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from scanner.envelope import tool_version
+
+        print(f"{parser.prog} {tool_version()}")
+        parser.exit(0)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="bookie-scanner",
         description=(
@@ -49,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
             "and reports (optionally marks for re-replication) what is missing or corrupt."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {tool_version()}")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     parser.add_argument("--verbose", action="store_true",
                         help="show Python tracebacks of unexpected errors and Spark's own logs on stderr")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
