@@ -78,6 +78,8 @@ def _entry_log(args) -> int:
     from scanner.storage.entry import DigestType, DigestVerifier
     from scanner.storage.entrylog import EntryLog, EntryLogError
 
+    if not args.path.is_file():
+        raise UsageError(f"{args.path}: no such file")
     log_id = args.entry_log_id
     if log_id is None:
         try:
