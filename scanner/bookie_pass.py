@@ -172,9 +172,10 @@ class BookiePass:
             if owned:
                 self._undecodable(ledger_id, read.error)
             return
-        if entry_ids is None:  # the ledger's own index does not read: judged by the confirmation
-            if owned:
-                self._recheck.add(ledger_id)
+        if entry_ids is None:  # the ledger's own index does not read: judged at the end, with its logged records
+            if owned and read.meta is not None:
+                self._unindexed[ledger_id] = _Recording(_verifier_of(read.meta))
+                self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
             return
         self.pacer.take_entries(len(entry_ids))
         if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
@@ -206,17 +207,14 @@ class BookiePass:
         """Ledgers the metadata places on this bookie that the index does not have (condition 1)."""
         ids = (i for i in self.store.ledger_ids()
                if self.owns_ledger(i) and i not in self.table and i not in self._orphans and i not in self._recheck
-               and i not in self.undecodable)
+               and i not in self.undecodable and i not in self._unindexed)
         while batch := list(islice(ids, METADATA_BATCH)):
             for read in self.store.ledger_batch(batch):
                 if read.error is not None:
                     self._undecodable(read.ledger_id, read.error)
                 elif read.meta is not None and judge_ledger(read.meta, self.bookie_id,
                                                             LedgerEvidence(read.ledger_id, None)):
-                    verifier = None
-                    if read.meta.digest_type is not None:
-                        verifier = DigestVerifier(read.meta.digest_type, read.meta.password or b"")
-                    self._unindexed[read.ledger_id] = _Recording(verifier)
+                    self._unindexed[read.ledger_id] = _Recording(_verifier_of(read.meta))
                     self.totals.ledgers_checked += 1
 
     def judge_index(self) -> list[Finding]:
@@ -258,19 +256,27 @@ class BookiePass:
                     faults[fault.ledger_id].append(RecordFault(
                         fault.entry_id, log_file.entry_log_id, fault.pos, fault.lost, fault.reason))
                 drained = len(entry_log.index_faults)
+                # The index expects a record right where the log's data stops: the data was cut there.
+                cut = entry_log.valid_end is not None and any(
+                    f.offset == entry_log.valid_end + 4 for ledger_faults in faults.values() for f in ledger_faults)
                 found = self._confirm(sorted(faults), faults) if faults else []
                 faults.clear()
+                lost_here = [f for f in found if f.category is Category.LOST_ENTRY and f.entry_log == log_file.entry_log_id]
+                map_problems = []
+                if final and start is None and entry_log.valid_end is not None:
+                    map_problems = self._ledgers_map_problems(entry_log)  # reading the map may add to problems
                 problems = entry_log.problems[judged:]
                 judged = len(entry_log.problems)
                 held.extend(p for p in problems if isinstance(p, TruncatedRecord))
                 problems = [p for p in problems if not isinstance(p, TruncatedRecord)]
                 if final:
-                    problems += held
-                    if start is None and entry_log.valid_end is not None:
-                        problems += self._ledgers_map_problems(entry_log)
+                    problems += held + map_problems
+                    if lost_here and cut and not problems:
+                        problems.append(EntryLogError(
+                            entry_log.path, entry_log.entry_log_id, entry_log.valid_end,
+                            f"the log's records end at offset {entry_log.valid_end}, where the index expects more: "
+                            "its data was cut there"))
                 if problems:
-                    lost_here = any(f.category is Category.LOST_ENTRY and f.entry_log == log_file.entry_log_id
-                                    for f in found)
                     active = not lost_here and self._is_active(log_file, entry_log)
                     found += judge_entry_log(log_file.entry_log_id, problems, active)
                 return found
@@ -294,8 +300,9 @@ class BookiePass:
             finally:
                 self.totals.entries_verified += entry_log.stats.entries_verified
                 self.totals.bytes_scanned += entry_log.stats.bytes_scanned
+            misread = {f.found_ledger_id for f in entry_log.index_faults if f.found_ledger_id is not None}
             for ledger_id in entry_log.stats.ledger_bytes:
-                if ledger_id in self._absent and self.owns_ledger(ledger_id):
+                if ledger_id in self._absent and ledger_id not in misread and self.owns_ledger(ledger_id):
                     self._orphans[ledger_id].logs.add(log_file.entry_log_id)
                 recording = self._unindexed.get(ledger_id)
                 if recording is not None:
@@ -322,11 +329,11 @@ class BookiePass:
                               + "; ".join(details) + more)]
 
     def _verifier_for(self, ledger_id: int):
-        if ledger_id in self.table:
-            return self.table.verifier(ledger_id)
         recording = self._unindexed.get(ledger_id)
         if recording is not None:
             return recording
+        if ledger_id in self.table:
+            return self.table.verifier(ledger_id)
         if ledger_id in self._unlisted:
             return self._unlisted[ledger_id]
         if ledger_id in self._absent or ledger_id in self.undecodable:
@@ -338,9 +345,7 @@ class BookiePass:
         elif read.meta is None:
             self._absent.add(ledger_id)
         else:
-            if read.meta.digest_type is not None:
-                verifier = DigestVerifier(read.meta.digest_type, read.meta.password or b"")
-            self._unlisted[ledger_id] = verifier
+            verifier = self._unlisted[ledger_id] = _verifier_of(read.meta)
         return verifier
 
     # -- 4. the end of the pass ---------------------------------------------------------------
@@ -459,6 +464,12 @@ class BookiePass:
         same_dir = [f.entry_log_id for f in self.storage.entry_logs()
                     if f.ledger_dir_index == log_file.ledger_dir_index and _size(f.path) > 0]
         return not same_dir or log_file.entry_log_id >= max(same_dir)
+
+
+def _verifier_of(meta) -> DigestVerifier | None:
+    if meta.digest_type is None:
+        return None
+    return DigestVerifier(meta.digest_type, meta.password or b"")
 
 
 def _entries(finding: Finding) -> Iterator[int]:

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "pause",
     "export",
     "audit",
+    "heal",
 )
 
 EXIT_USAGE = 2

@@ -1,4 +1,4 @@
-"""Exports of the corpus bookies for the audit tests, written once per session through the library."""
+"""Exports of the corpus bookies for the audit tests, written once per session through the library (pyarrow, no Spark)."""
 
 from __future__ import annotations
 
@@ -29,28 +29,28 @@ def corpus_layout(name: str, damaged: bool = False):
     return discover_layout(CORPUS / "bookie-configs" / f"{name}.conf", ledger_dirs=(ledger_dir(name, damaged),))
 
 
-def export_bookie(spark, name: str, output: Path, damaged: bool = False):
+def export_bookie(name: str, output: Path, damaged: bool = False):
     """Scan a corpus bookie (or its damaged copy) against the dump and export it under ``output``."""
     layout = corpus_layout(name, damaged)
     with tempfile.TemporaryDirectory() as work_dir, open_bookie(layout, work_dir=work_dir) as storage, \
             SnapshotStore(DUMP) as store:
         report = scan_bookie(storage, store, layout.bookie_id, layout.storage)
-        return write_export(spark, bookie_listings(storage, damaged_runs(report.findings)), layout.bookie_id,
+        return write_export(bookie_listings(storage, damaged_runs(report.findings)), layout.bookie_id,
                             layout.storage, str(output))
 
 
 @pytest.fixture(scope="session")
-def clean_exports(spark, tmp_path_factory) -> Path:
+def clean_exports(tmp_path_factory) -> Path:
     output = tmp_path_factory.mktemp("clean-exports")
     for name in ("bookie1", "bookie2", "bookie3", "bookie4"):
-        export_bookie(spark, name, output)
+        export_bookie(name, output)
     return output
 
 
 @pytest.fixture(scope="session")
-def damaged_exports(spark, tmp_path_factory) -> Path:
+def damaged_exports(tmp_path_factory) -> Path:
     """bookie1 and bookie3 replaced by their damaged copies."""
     output = tmp_path_factory.mktemp("damaged-exports")
     for name in ("bookie1", "bookie2", "bookie3", "bookie4"):
-        export_bookie(spark, name, output, damaged=True)
+        export_bookie(name, output, damaged=True)
     return output

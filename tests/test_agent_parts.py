@@ -19,7 +19,8 @@ from scanner.agent.cursor import ENTRY_LOGS, LEDGERS, Cursor, load_cursor, save_
 from scanner.agent.logsignals import suspects_in_line
 from scanner.agent.logtail import LogTail
 from scanner.agent.sdnotify import SystemdNotifier
-from scanner.agent.suspects import ENTRY_LOG, LEDGER, Suspect, SuspectQueue, append_to_inbox, parse_suspect
+from scanner.agent.suspects import (ENTRY_LOG, LEDGER, MAX_FAILED_SCANS, Suspect, SuspectQueue, append_to_inbox,
+                                    parse_suspect)
 from scanner.bookie_scan import BookieScanner
 from scanner.metadata.snapshot import SnapshotStore
 from scanner.sample.sample_cluster import build_sample
@@ -40,7 +41,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def test_the_documented_config_loads_with_every_default(tmp_path):
     config = load_config(REPO / "conf" / "scanner.toml")
     assert config.listen_host == "127.0.0.1" and config.listen_port == 9721
-    assert config.period_seconds == 7 * 86400
+    assert config.period_seconds == 7 * 86400 and config.pace == "rate"  # BP-24: at the rate, then idle
     assert config.checkpoint_seconds == 30
     assert config.mark is False
 
@@ -51,6 +52,7 @@ def test_the_documented_config_loads_with_every_default(tmp_path):
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nlisten = 'nowhere'\n", "listen"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[throttle]\nwindow_hours = '25:00-26:00'\n", "window_hours"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nspeed = 3\n", "'speed'"),
+    ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\npace = 'fast'\n", "pace"),
     ("[bookie\n", "not valid TOML"),
 ])
 def test_a_config_mistake_is_one_line_naming_the_key_and_exit_status_2(tmp_path, text, named):
@@ -109,6 +111,32 @@ def test_suspects_survive_a_restart_and_are_deduplicated_within_the_window(tmp_p
     assert again.add([first]) == 0  # scanned within the window
     now[0] += 601
     assert again.add([first]) == 1  # the window has passed
+
+
+def test_a_suspect_whose_scan_keeps_failing_is_dropped_and_counted_never_retried_for_ever(tmp_path):
+    from scanner.metadata.store import MetadataUnavailable
+
+    queue = SuspectQueue(tmp_path)
+    poison, waiting = Suspect(LEDGER, 7, 0), Suspect(LEDGER, 8, 0)
+    queue.add([poison])
+    for _ in range(MAX_FAILED_SCANS):
+        assert queue.take(0) == poison
+        try:
+            raise OSError(5, "Input/output error")
+        except OSError:
+            queue.release(poison)  # as the worker does, while the failure is handled
+    assert queue.take(0) is None and queue.failed == 1
+    assert queue.add([poison]) == 0  # not queued again within the window
+    # Waiting for the metadata, or stopping, never counts as a failure.
+    queue.add([waiting])
+    for _ in range(MAX_FAILED_SCANS + 2):
+        assert queue.take(0) == waiting
+        try:
+            raise MetadataUnavailable("ZooKeeper is down")
+        except MetadataUnavailable:
+            queue.release(waiting)
+    queue.release(queue.take(0))
+    assert queue.take(0) == waiting and queue.failed == 1
 
 
 def test_a_full_queue_drops_and_counts(tmp_path):

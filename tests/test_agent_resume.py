@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -56,8 +57,8 @@ def test_restarts_mid_log_never_skip_the_rest_of_it(tmp_path):
             time.sleep(rng.uniform(0.5, 1.4))
             if rng.random() < 0.5:
                 agent.kill()
-            else:
-                assert agent.terminate() == 0
+            else:  # the default action ends it before the agent has set up its handler
+                assert agent.terminate() in (0, -signal.SIGTERM)
             cursor_file = state_dir / "cursor-0.json"
             if cursor_file.exists():
                 cursors.append(json.loads(cursor_file.read_text()))

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -28,14 +29,20 @@ EXPECTED = {"corrupt_entry": {2}, "missing_ledger": {3}, "missing_entry": {5}, "
 DAMAGED_LEDGERS = {2, 3, 5, 6}
 
 
-def write_config(tmp_path: Path, sample, uri: str, **agent_and_throttle) -> Path:
+AGENT_KEYS = ("state_dir", "listen", "checkpoint_seconds", "period_days", "pace", "suspect_window_minutes",
+              "suspect_limit")
+
+
+def write_config(tmp_path: Path, sample, uri: str, bookie: dict | None = None, **agent_and_throttle) -> Path:
+    """The agent's config for ``sample`` (or the ``bookie`` table given); keys go to [agent], [repair] or [throttle]."""
     agent = {"state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0", "checkpoint_seconds": 0.2,
              "period_days": 1.0}
     throttle = {"disk_backoff": False}
     repair = {"mark": False}
     for key, value in agent_and_throttle.items():
-        (repair if key == "mark" else agent if key in agent or key == "suspect_window_minutes" else throttle)[key] = value
-    tables = {"bookie": {"conf": str(sample.bookie_conf), "log_files": [str(tmp_path / "bookie.log")]},
+        (repair if key == "mark" else agent if key in AGENT_KEYS else throttle)[key] = value
+    bookie = bookie or {"conf": str(sample.bookie_conf)}
+    tables = {"bookie": {**bookie, "log_files": [str(tmp_path / "bookie.log")]},
               "metadata": {"uri": uri}, "agent": agent, "throttle": throttle, "repair": repair}
     text = "".join(f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
                    for name, values in tables.items())
@@ -68,23 +75,32 @@ class AgentProcess:
         wait_for(lambda: self.address() is not None and (self.health() or {}).get("scanners"), timeout,
                  f"agent did not come up; stderr: {self.log.read_text()[-2000:]}")
 
-    def _request(self, method: str, path: str, body=None):
+    def _request(self, method: str, path: str, body=None) -> tuple[int, bytes]:
         request = urllib.request.Request(f"http://{self.address()}{path}", method=method,
                                          data=None if body is None else json.dumps(body).encode())
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.read()
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def answer(self, method: str, path: str, body=None) -> tuple[int, dict]:
+        """HTTP status and JSON body, whatever the status."""
+        status, raw = self._request(method, path, body)
+        return status, json.loads(raw)
 
     def health(self) -> dict | None:
+        """/health's body, also when it answers 503 (degraded, failing, starting); None if nothing answers."""
         try:
-            return json.loads(self._request("GET", "/health"))
+            return self.answer("GET", "/health")[1]
         except OSError:
             return None
 
     def metrics(self) -> str:
-        return self._request("GET", "/metrics").decode()
+        return self._request("GET", "/metrics")[1].decode()
 
     def post_suspect(self, body: dict) -> dict:
-        return json.loads(self._request("POST", "/suspects", body))
+        return self.answer("POST", "/suspects", body)[1]
 
     def terminate(self) -> int:
         self.process.send_signal(signal.SIGTERM)
@@ -147,7 +163,7 @@ def test_the_agent_finds_every_injected_fault_marks_once_shows_it_and_never_writ
         assert f'bookie_scanner_findings{{bookie="{BOOKIE}",category="corrupt_entry"}} 1.0' in metrics
         assert f'bookie_scanner_zookeeper_connected{{bookie="{BOOKIE}"}} 1.0' in metrics
         assert re.search(r'bookie_scanner_passes_completed_total\{bookie="[^"]+",ledger_dir="[^"]+"\} [3-9]', metrics)
-        exported = set(re.findall(r"^(bookie_scanner_\w+)", metrics, re.M))
+        exported = set(re.findall(r"^# TYPE (bookie_scanner_\w+)", metrics, re.M))
         conf = (REPO / "conf" / "prometheus-alerts.yml").read_text() + (REPO / "conf" / "grafana-dashboard.json").read_text()
         assert set(re.findall(r"bookie_scanner_\w+", conf)) <= exported  # alerts and dashboard use real names
         marks = UnderreplicationMarks(zk_client, f"{chroot}/ledgers")
@@ -161,7 +177,7 @@ def test_the_agent_finds_every_injected_fault_marks_once_shows_it_and_never_writ
         agent.start().wait_ready()
         assert agent.health()["paused"] is True and agent.scanner()["phase"] == "paused"
         status = cli(config, "status")
-        assert "PAUSED" in status.stdout and status.returncode == 1  # damage is known
+        assert "NEEDS ATTENTION: damage found (paused)" in status.stdout and status.returncode == 1  # damage is known
         assert cli(config, "resume").returncode == 0
         assert agent.health()["paused"] is False
         assert agent.terminate() == 0
@@ -177,7 +193,7 @@ def test_a_suspect_is_scanned_while_the_pass_waits_on_the_throttle_and_sigterm_k
     sample = build_sample(tmp_path / "sample")
     # One pass a day, spread evenly: the rate is the floor (1 KiB/s), so the walk of the entry logs (~50 KiB)
     # holds the pass on the throttle for most of a minute; suspects are read at full speed.
-    config = write_config(tmp_path, sample, f"file:{sample.dump}", period_days=1.0)
+    config = write_config(tmp_path, sample, f"file:{sample.dump}", period_days=1.0, pace="spread")
     state_dir = tmp_path / "state"
     agent = AgentProcess(config, state_dir, tmp_path / "agent.err").start()
     try:

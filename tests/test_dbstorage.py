@@ -232,3 +232,13 @@ def test_an_index_that_does_not_open_is_damage_of_its_dir_only(two_dirs, tmp_pat
             storage.ledger_index(2)  # ledger 2 lives in dir 2 of 3
         assert list(storage.locations(2)) == []
     assert os.listdir(work) == []
+
+
+def test_a_db_given_by_a_relative_path_opens(tmp_path, monkeypatch):
+    # The scratch view links to the DB's files: a relative link would resolve inside the scratch dir.
+    write_db(tmp_path / "current" / "ledgers", {ledger_key(7): ledger_data()})
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(tmp_path)
+    with ReadOnlyRocksDb(Path("current", "ledgers"), work) as db:
+        assert db.get(ledger_key(7)) == ledger_data()

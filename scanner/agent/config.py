@@ -10,6 +10,11 @@ from throttle import AllowedWindows, BackoffPolicy
 
 DEFAULT_LISTEN = "127.0.0.1:9721"
 SECONDS_PER_DAY = 86400.0
+# How a pass is paced: at the configured rate, then idle until the period is over (BP-24), or
+# spread evenly over the whole period.
+PACE_AT_RATE = "rate"
+PACE_SPREAD = "spread"
+PACES = (PACE_AT_RATE, PACE_SPREAD)
 
 
 class ConfigError(ValueError):
@@ -39,20 +44,24 @@ class AgentConfig:
     listen_port: int
     checkpoint_seconds: float
     period_seconds: float
+    pace: str
     suspect_window_seconds: float
     suspect_limit: int
     throttle: ThrottleConfig
     mark: bool
     repair_command: str | None
+    heal: bool = False
+    heal_entries_per_second: float | None = 10.0
 
 
 _KNOWN = {
     "bookie": {"conf", "ledger_dirs", "bookie_id", "log_files"},
     "metadata": {"uri"},
-    "agent": {"state_dir", "listen", "checkpoint_seconds", "period_days", "suspect_window_minutes", "suspect_limit"},
+    "agent": {"state_dir", "listen", "checkpoint_seconds", "period_days", "pace", "suspect_window_minutes",
+              "suspect_limit"},
     "throttle": {"bytes_per_second", "entries_per_second", "window_hours", "window_days", "outside_rate",
                  "busy_threshold", "idle_threshold", "floor", "disk_backoff"},
-    "repair": {"mark", "repair_command"},
+    "repair": {"mark", "repair_command", "heal", "heal_entries_per_second"},
 }
 
 
@@ -81,6 +90,12 @@ class _Table:
             bound = f"> {low:g}" if low_open else f">= {low:g}"
             raise self._fail(key, f"a number {bound}" + ("" if high == float("inf") else f" and <= {high:g}"))
         return float(value)
+
+    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.values.get(key, default)
+        if value not in choices:
+            raise self._fail(key, " or ".join(repr(c) for c in choices))
+        return value
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.values.get(key, default)
@@ -139,11 +154,14 @@ def load_config(path: Path) -> AgentConfig:
         listen_port=port,
         checkpoint_seconds=agent.number("checkpoint_seconds", 30, low=0, low_open=True),
         period_seconds=agent.number("period_days", 7, low=0, low_open=True) * SECONDS_PER_DAY,
+        pace=agent.choice("pace", PACE_AT_RATE, PACES),
         suspect_window_seconds=agent.number("suspect_window_minutes", 10) * 60,
         suspect_limit=int(agent.number("suspect_limit", 10000, low=1)),
         throttle=_throttle(throttle),
         mark=repair.flag("mark", False),
         repair_command=repair.text("repair_command"),
+        heal=repair.flag("heal", False),
+        heal_entries_per_second=repair.number("heal_entries_per_second", 10) or None,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import urllib.error
 import urllib.request
@@ -13,6 +14,8 @@ from scanner.statefile import DamagedStateFile, read_json, write_json
 ADDRESS_FILE = "agent.json"
 PAUSE_FILE = "paused"
 TIMEOUT_SECONDS = 5.0
+
+log = logging.getLogger(__name__)
 
 
 class AgentNotRunning(Exception):
@@ -28,10 +31,12 @@ def remove_address(state_dir: Path) -> None:
         os.unlink(Path(state_dir) / ADDRESS_FILE)
     except FileNotFoundError:
         pass
+    except OSError as exc:  # a state dir gone read-only: commands find no agent answering there anyway
+        log.warning("%s: not removed: %s", Path(state_dir) / ADDRESS_FILE, exc.strerror or exc)
 
 
 def is_paused(state_dir: Path) -> bool:
-    return (Path(state_dir) / PAUSE_FILE).exists()
+    return (Path(state_dir) / PAUSE_FILE).is_file()
 
 
 def persist_pause(state_dir: Path, paused: bool) -> None:

@@ -99,7 +99,8 @@ def _from_json(raw) -> Cursor:
     for f in fields(Cursor):
         value = raw.get(f.name)
         expected = _TYPES.get(f.name, (int, type(None)) if f.default is None else (int,))
-        if isinstance(value, bool) or not isinstance(value, expected) or (isinstance(value, int) and value < 0):
+        out_of_range = isinstance(value, int) and not 0 <= value < 2**63  # nothing we write is outside
+        if isinstance(value, bool) or not isinstance(value, expected) or out_of_range:
             raise ValueError(f"{f.name} = {value!r}")
         if isinstance(value, list):
             if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):

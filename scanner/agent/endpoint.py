@@ -1,4 +1,9 @@
-"""The agent's HTTP endpoint: GET /health, GET /metrics, POST /suspects, POST /pause, POST /resume."""
+"""The agent's HTTP endpoint: GET /health, GET /metrics, POST /suspects, POST /pause, POST /resume.
+
+/health answers 503 unless the agent is ok or paused, so a probe can use it. Bodies are bounded in
+size and nesting, read with a timeout, and must be as long as their Content-Length says; a request
+whose change cannot be saved (a full or read-only state dir) is answered 503 and changes nothing.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +19,26 @@ from scanner.agent.metrics import exposition
 log = logging.getLogger(__name__)
 
 MAX_BODY = 1 << 16
+# A suspect body is a list of objects: anything nested deeper is not one.
+MAX_JSON_DEPTH = 4
+READ_TIMEOUT_SECONDS = 10.0
+HEALTHY = ("ok", "paused")
+
+
+def suspect_items(body: bytes) -> list:
+    """The JSON values of a ``POST /suspects`` body (one value or a list of them); BadRequest when it is not that."""
+    text = body.decode("utf-8", "replace")
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise BadRequest(f"JSON nested deeper than {MAX_JSON_DEPTH} levels: expected {{\"ledger\": N}} or a list of those")
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise BadRequest(f"not JSON: {exc}") from None
+    return parsed if isinstance(parsed, list) else [parsed]
 
 
 class Endpoint:
-    """Serves ``agent`` on ``host:port`` (port 0: a free one) in a daemon thread."""
+    """Serves ``agent`` on ``host:port`` (port 0: a free one) in a daemon thread; binds at once (OSError if busy)."""
 
     def __init__(self, agent, host: str, port: int):
         handler = type("Handler", (_Handler,), {"agent": agent})
@@ -34,49 +55,97 @@ class Endpoint:
         self._thread.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
+        if self._thread.is_alive():
+            self.server.shutdown()
         self.server.server_close()
+
+
+class BadRequest(ValueError):
+    """The request body cannot be used; the message says why (HTTP 400)."""
+
+
+def json_depth(text: str) -> int:
+    """How deeply ``text``'s arrays and objects nest (brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 class _Handler(BaseHTTPRequestHandler):
     agent = None
     server_version = "bookie-scanner"
+    timeout = READ_TIMEOUT_SECONDS  # a client that stops sending is dropped, not waited for
 
     def log_message(self, fmt, *args) -> None:
         log.debug("%s " + fmt, self.address_string(), *args)
 
     def do_GET(self) -> None:
         if self.path == "/health":
-            self._json(200, self.agent.health())
+            health = self.agent.health()
+            self._json(200 if health["status"] in HEALTHY else 503, health)
         elif self.path == "/metrics":
             self._send(200, exposition(self.agent.registry), CONTENT_TYPE_LATEST)
         else:
             self._json(404, {"error": f"no {self.path}: try /health, /metrics"})
 
     def do_POST(self) -> None:
-        if self.path == "/pause":
-            self.agent.set_paused(True)
-            self._json(200, {"paused": True})
-            return
-        if self.path == "/resume":
-            self.agent.set_paused(False)
-            self._json(200, {"paused": False})
-            return
-        if self.path != "/suspects":
+        actions = {"/pause": self._pause, "/resume": self._resume, "/suspects": self._suspects}
+        action = actions.get(self.path)
+        if action is None:
             self._json(404, {"error": f"no POST {self.path}: try /suspects, /pause, /resume"})
             return
+        try:
+            status, answer = action()
+        except BadRequest as exc:
+            status, answer = 400, {"error": str(exc)}
+        except OSError as exc:  # the change could not be saved: nothing was changed
+            status, answer = 503, {"error": f"not saved, nothing changed: {exc.strerror or exc}"}
+        self._json(status, answer)
+
+    def _pause(self) -> tuple[int, dict]:
+        self.agent.set_paused(True)
+        return 200, {"paused": True}
+
+    def _resume(self) -> tuple[int, dict]:
+        self.agent.set_paused(False)
+        return 200, {"paused": False}
+
+    def _suspects(self) -> tuple[int, dict]:
+        items = suspect_items(self._body())
+        try:
+            return 202, {"queued": self.agent.add_suspects(items)}
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+
+    def _body(self):
         length = self.headers.get("Content-Length", "")
         if not length.isdigit() or int(length) > MAX_BODY:
-            self._json(400, {"error": f"expected a JSON body of at most {MAX_BODY} bytes with Content-Length"})
-            return
+            raise BadRequest(f"expected a JSON body of at most {MAX_BODY} bytes with Content-Length")
         try:
-            body = json.loads(self.rfile.read(int(length)))
-            items = body if isinstance(body, list) else [body]
-            queued = self.agent.add_suspects(items)
-        except ValueError as exc:  # JSONDecodeError is a ValueError too
-            self._json(400, {"error": str(exc)})
-            return
-        self._json(202, {"queued": queued})
+            raw = self.rfile.read(int(length))
+        except TimeoutError:
+            self.close_connection = True
+            raise BadRequest(f"the {length} bytes Content-Length announced did not arrive within "
+                             f"{READ_TIMEOUT_SECONDS:g}s") from None
+        if len(raw) != int(length):
+            self.close_connection = True
+            raise BadRequest(f"the body ended after {len(raw)} of the {length} bytes Content-Length announced")
+        return raw
 
     def _json(self, status: int, obj) -> None:
         self._send(status, json.dumps(obj, indent=1).encode() + b"\n", "application/json")

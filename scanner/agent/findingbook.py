@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from typing import Callable
 
-from scanner.checks.findings import Finding
+from scanner.checks.findings import Category, Finding, count_in_ranges
 from scanner.statefile import DamagedStateFile, read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ class FindingBook:
         self._lock = threading.Lock()
         self._known: dict[str, dict] = {}
         self._to_mark: list[str] = []
+        self.new_by_category: Counter[str] = Counter()  # findings never seen before, since start
+        self.corrupt_entries_found = 0  # entries found corrupt, each time a scan finds them, since start
         self._load()
 
     def _load(self) -> None:
@@ -42,7 +44,7 @@ class FindingBook:
             known = {str(k): {"finding": Finding.from_json(v["finding"]), "first_seen": float(v["first_seen"]),
                               "last_seen": float(v["last_seen"])} for k, v in raw.get("known", {}).items()}
             to_mark = [str(k) for k in raw.get("to_mark", []) if k in known]
-        except (DamagedStateFile, OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (DamagedStateFile, OSError, KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             log.warning("%s: damaged findings file, starting empty: %s", self.path, exc)
             return
         self._known, self._to_mark = known, to_mark
@@ -62,6 +64,8 @@ class FindingBook:
         new = []
         with self._lock:
             for finding in findings:
+                if finding.category is Category.CORRUPT_ENTRY and finding.entries:
+                    self.corrupt_entries_found += count_in_ranges(finding.entries)
                 key = finding_key(finding)
                 entry = self._known.get(key)
                 if entry is not None:
@@ -69,12 +73,12 @@ class FindingBook:
                     continue
                 self._known[key] = {"finding": finding, "first_seen": now, "last_seen": now}
                 new.append(finding)
+                self.new_by_category[finding.category.value] += 1
                 if finding.category.needs_rereplication:
                     self._to_mark.append(key)
             self._save()
         for finding in new:
-            log.warning("finding: %s ledger %s entry log %s: %s", finding.category.value, finding.ledger_id,
-                        finding.entry_log, finding.detail)
+            log.warning("finding: %s: %s", _place(finding), finding.detail)
         return new
 
     def counts(self) -> dict[str, int]:
@@ -95,3 +99,13 @@ class FindingBook:
         with self._lock:
             self._to_mark = [k for k in self._to_mark if k not in done]
             self._save()
+
+
+def _place(finding: Finding) -> str:
+    """``corrupt_entry ledger 7 entry log 2``, naming only what the finding is about."""
+    place = [finding.category.value]
+    if finding.ledger_id is not None:
+        place.append(f"ledger {finding.ledger_id}")
+    if finding.entry_log is not None:
+        place.append(f"entry log {finding.entry_log}")
+    return " ".join(place)

@@ -9,6 +9,7 @@ import threading
 from kazoo.exceptions import KazooException
 
 from scanner.agent.findingbook import FindingBook
+from scanner.agent.lograte import RateLimitedLog
 from scanner.metadata.store import MetadataUnavailable
 from scanner.repair.filer import MarkFiler
 from scanner.repair.followup import FollowUp
@@ -29,6 +30,7 @@ class Marking:
         self.followup = FollowUp(state_dir, filer,
                                  repair_command=shlex.split(repair_command) if repair_command else None)
         self._lock = threading.Lock()  # filing and the follow-up cycle never interleave
+        self._retries = RateLimitedLog(log, logging.WARNING)  # a round every few seconds while it fails
         self.filed_ledgers = 0
 
     def file_pending(self) -> int:
@@ -40,8 +42,8 @@ class Marking:
             try:
                 metadata = {ledger_id: self.metadata.store.ledger(ledger_id) for ledger_id in damage_by_ledger(pending)}
                 report, _ = self.followup.file(plan_repairs(pending, metadata, self.bookie_id))
-            except (MetadataUnavailable, MarkError, KazooException) as exc:
-                log.warning("marks not filed yet (%s): will retry", exc)
+            except (MetadataUnavailable, MarkError, KazooException, OSError) as exc:
+                self._retries.log("marks not filed yet (%s): will retry", exc)
                 return 0
             failed = set(report.failed)
             self.book.marked([f for f in pending if f.ledger_id not in failed])
@@ -56,8 +58,8 @@ class Marking:
                 return
             try:
                 report = self.followup.run_cycle(self.metadata.store, reverify)
-            except (MetadataUnavailable, MarkError, KazooException) as exc:
-                log.warning("follow-up cycle cut short (%s): will retry", exc)
+            except (MetadataUnavailable, MarkError, KazooException, OSError) as exc:
+                self._retries.log("follow-up cycle cut short (%s): will retry", exc)
                 return
         self.book.record(report.findings)
 

@@ -1,11 +1,22 @@
-"""Prometheus metrics, read from the agent's state at scrape time into the agent's own registry."""
+"""Prometheus metrics: the agent's state read at scrape time, the repair counters, the process and a
+build-info metric, all in one registry of the agent's own.
+
+Names follow Prometheus' rules (``promtool check metrics``): counters end in ``_total``, units are
+base units spelled out at the end of the name.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest
+import platform
+from importlib import metadata
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from scanner.repair.followup import ESCALATIONS, UNREPAIRED
+
 PREFIX = "bookie_scanner_"
+PACKAGE = "bookie-scanner"
 
 
 class AgentCollector:
@@ -18,73 +29,122 @@ class AgentCollector:
         health = self._health()
         bookie = health["bookie_id"]
 
-        def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
-            return GaugeMetricFamily(PREFIX + name, doc, labels=("bookie",) + labels)
+        def family(kind, name: str, doc: str, labels: tuple[str, ...] = ()):
+            return kind(PREFIX + name, doc, labels=("bookie",) + labels)
 
-        up = gauge("up", "1 while the agent runs; 0 when a scanner thread is failing")
-        up.add_metric([bookie], 0 if health["status"] == "degraded" and any(
-            s["error"] for s in health["scanners"]) else 1)
-        yield up
-        paused = gauge("paused", "1 while scanning is paused by an operator")
-        paused.add_metric([bookie], 1 if health["paused"] else 0)
-        yield paused
-        zookeeper = gauge("zookeeper_connected", "1 while the metadata store answers")
-        zookeeper.add_metric([bookie], 1 if health["zookeeper_connected"] else 0)
-        yield zookeeper
-        findings = gauge("findings", "Distinct findings recorded, by category", ("category",))
-        for category, count in health["findings"].items():
-            findings.add_metric([bookie, category], count)
-        yield findings
-        queued = gauge("suspects_queued", "Suspect ledgers and entry logs waiting to be scanned")
-        queued.add_metric([bookie], health["suspects_queued"])
-        yield queued
+        def single(kind, name: str, doc: str, value: float):
+            metric = family(kind, name, doc)
+            metric.add_metric([bookie], value)
+            return metric
+
+        def by_label(kind, name: str, doc: str, label: str, values: dict):
+            metric = family(kind, name, doc, (label,))
+            for key, value in values.items():
+                metric.add_metric([bookie, key], value)
+            return metric
+
+        yield single(GaugeMetricFamily, "up", "0 while a scanner thread is failing, else 1",
+                     0 if health["status"] == "failing" else 1)
+        yield single(GaugeMetricFamily, "paused", "1 while scanning is paused by an operator", int(health["paused"]))
+        if "zookeeper_connected" in health:
+            yield single(GaugeMetricFamily, "zookeeper_connected", "1 while ZooKeeper answers",
+                         int(health["zookeeper_connected"]))
+        yield single(GaugeMetricFamily, "state_dir_writable", "0 while the state dir cannot be written (full, read-only)",
+                     0 if health["state_dir_problem"] else 1)
+        yield by_label(GaugeMetricFamily, "findings", "Distinct findings known, by category", "category",
+                       health["findings"])
+        yield by_label(CounterMetricFamily, "findings_recorded", "Findings never seen before, recorded since start",
+                       "category", health["findings_new_since_start"])
+        yield single(CounterMetricFamily, "digest_failures",
+                     "Stored entries that failed verification (digest mismatch, or a record naming another entry), "
+                     "each time a scan finds them", health["corrupt_entries_found"])
+        yield single(GaugeMetricFamily, "suspects_queued", "Suspect ledgers and entry logs waiting to be scanned",
+                     health["suspects_queued"])
+        yield single(CounterMetricFamily, "suspects_dropped", "Suspects dropped because the queue was full",
+                     health["suspects_dropped"])
+        yield single(CounterMetricFamily, "suspects_failed", "Suspects dropped because their scan failed repeatedly",
+                     health["suspects_failed"])
         marks = health["marks"]
-        awaiting = gauge("marks_awaiting", "Damaged ledgers recorded but not yet marked under-replicated")
-        awaiting.add_metric([bookie], marks["awaiting"])
-        yield awaiting
-        tracked = gauge("marks_tracked", "Marks this bookie filed and still follows, by stage", ("stage",))
-        for stage, count in marks["tracked"].items():
-            tracked.add_metric([bookie, stage], count)
-        yield tracked
-        filed = CounterMetricFamily(PREFIX + "marks_filed", "Under-replication marks filed since start",
-                                    labels=("bookie",))
-        filed.add_metric([bookie], marks["filed"])
-        yield filed
-        period = gauge("period_seconds", "Configured length of one full pass")
-        period.add_metric([bookie], health["period_seconds"])
-        yield period
+        yield single(GaugeMetricFamily, "marks_awaiting", "Damaged ledgers recorded but not yet marked under-replicated",
+                     marks["awaiting"])
+        yield by_label(GaugeMetricFamily, "marks_tracked", "Marks this bookie filed and still follows, by stage",
+                       "stage", marks["tracked"])
+        yield single(CounterMetricFamily, "marks_filed", "Under-replication marks filed since start", marks["filed"])
+        yield single(GaugeMetricFamily, "period_seconds", "Configured length of one full pass", health["period_seconds"])
         yield from _scanner_metrics(health["scanners"], bookie)
+
+
+# health's per-scanner key -> (family, name, help)
+_SCANNER_METRICS = {
+    "pass_progress": (GaugeMetricFamily, "pass_progress", "Fraction of the current pass done (0..1)"),
+    "passes_completed": (CounterMetricFamily, "passes_completed", "Full passes completed"),
+    "bytes_per_second": (GaugeMetricFamily, "rate_bytes_per_second",
+                         "Read rate the throttle allows now (configured rate, windows, disk back-off)"),
+    "needed_bytes_per_second": (GaugeMetricFamily, "pass_needed_rate_bytes_per_second",
+                                "Read rate that would finish the current pass within its period"),
+    "eta_seconds": (GaugeMetricFamily, "pass_eta_seconds", "Estimated seconds until the pass ends"),
+    "bytes_done": (GaugeMetricFamily, "pass_done_bytes", "Entry log bytes walked in this pass"),
+    "bytes_total": (GaugeMetricFamily, "pass_size_bytes", "Entry log bytes to walk in this pass"),
+    "pass_started": (GaugeMetricFamily, "pass_started_timestamp_seconds", "When the current pass started"),
+    "last_pass_finished": (GaugeMetricFamily, "last_pass_finished_timestamp_seconds", "When the last full pass ended"),
+    "next_pass_at": (GaugeMetricFamily, "next_pass_timestamp_seconds", "When the next pass starts (while waiting)"),
+    "last_progress": (GaugeMetricFamily, "last_progress_timestamp_seconds", "When the scanner last moved its cursor"),
+    "suspects_scanned": (CounterMetricFamily, "suspects_scanned", "Suspects scanned since start"),
+    "bytes_read": (CounterMetricFamily, "read_bytes", "Bytes read from the bookie's files since start"),
+    "entries_verified": (CounterMetricFamily, "entries_verified",
+                         "Entries whose digest the passes verified since start (sampled each second: "
+                         "the last second of a pass may be missing)"),
+}
 
 
 def _scanner_metrics(scanners: list[dict], bookie: str):
     labels = ("bookie", "ledger_dir")
-    families = {
-        "pass_progress": GaugeMetricFamily(PREFIX + "pass_progress", "Fraction of the current pass done (0..1)", labels=labels),
-        "passes_completed": CounterMetricFamily(PREFIX + "passes_completed", "Full passes completed", labels=labels),
-        "bytes_per_second": GaugeMetricFamily(PREFIX + "rate_bytes_per_second", "Read rate the throttle allows now", labels=labels),
-        "eta_seconds": GaugeMetricFamily(PREFIX + "pass_eta_seconds", "Estimated seconds until the pass ends", labels=labels),
-        "bytes_done": GaugeMetricFamily(PREFIX + "pass_bytes_done", "Entry log bytes walked in this pass", labels=labels),
-        "bytes_total": GaugeMetricFamily(PREFIX + "pass_bytes_total", "Entry log bytes to walk in this pass", labels=labels),
-        "pass_started": GaugeMetricFamily(PREFIX + "pass_started_timestamp_seconds", "When the current pass started", labels=labels),
-        "last_pass_finished": GaugeMetricFamily(PREFIX + "last_pass_finished_timestamp_seconds", "When the last full pass ended", labels=labels),
-        "last_progress": GaugeMetricFamily(PREFIX + "last_progress_timestamp_seconds", "When the scanner last moved its cursor", labels=labels),
-        "suspects_scanned": CounterMetricFamily(PREFIX + "suspects_scanned", "Suspects scanned since start", labels=labels),
-    }
+    families = {key: kind(PREFIX + name, doc, labels=labels) for key, (kind, name, doc) in _SCANNER_METRICS.items()}
     waiting = GaugeMetricFamily(PREFIX + "waiting", "1 while the pass is done and the next not yet due", labels=labels)
+    behind = GaugeMetricFamily(PREFIX + "pass_behind_schedule",
+                               "1 while the configured rate cannot finish the pass within its period", labels=labels)
     for scanner in scanners:
         values = [bookie, scanner["ledger_dir"]]
         for key, family in families.items():
             if scanner[key] is not None:
                 family.add_metric(values, scanner[key])
         waiting.add_metric(values, 1 if scanner["phase"] == "waiting" else 0)
+        behind.add_metric(values, 1 if scanner["behind_schedule"] else 0)
     yield from families.values()
     yield waiting
+    yield behind
+
+
+def _build_info() -> GaugeMetricFamily:
+    info = GaugeMetricFamily(PREFIX + "build_info", "The running bookie-scanner's version (value 1)",
+                             labels=("version", "python_version"))
+    try:
+        version = metadata.version(PACKAGE)
+    except metadata.PackageNotFoundError:
+        version = "unknown"  # run from a source tree that was never installed
+    info.add_metric([version, platform.python_version()], 1)
+    return info
+
+
+class _Constant:
+    """A collector yielding the same families at every scrape."""
+
+    def __init__(self, *families):
+        self._families = families
+
+    def collect(self):
+        return iter(self._families)
 
 
 def agent_registry(health) -> CollectorRegistry:
-    """A registry of its own (never the process-wide default) holding the agent's metrics."""
+    """A registry of the agent's own (not the process-wide default, which tests share) with every metric."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(health))
+    registry.register(_Constant(_build_info()))
+    for counter in (ESCALATIONS, UNREPAIRED):
+        registry.register(counter)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
     return registry
 
 

@@ -2,7 +2,9 @@
 periodic work on an apscheduler, marks filed when ZooKeeper answers, and systemd's protocol.
 
 SIGTERM/SIGINT stop at the next record (cursors saved, exit 0); SIGHUP reloads rates, windows and
-log files from the config.
+log files from the config. Everything that can keep the agent from starting (the bookie's layout,
+a state dir inside a bookie dir or unwritable, a busy listen port) is a StartupError before any
+scanning begins.
 """
 
 from __future__ import annotations
@@ -15,29 +17,35 @@ import time
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from scanner.agent import control
+from scanner.agent import control, statedir
 from scanner.agent.cached_metadata import CachedMetadata
-from scanner.agent.config import AgentConfig, ThrottleConfig, load_config
+from scanner.agent.config import PACE_SPREAD, AgentConfig, ThrottleConfig, load_config
 from scanner.agent.endpoint import Endpoint
 from scanner.agent.findingbook import FindingBook
+from scanner.agent.lograte import RateLimitedLog
 from scanner.agent.logsignals import suspects_in_line
 from scanner.agent.logtail import LogTail
 from scanner.agent.metrics import agent_registry
+from scanner.agent.schedule import pass_schedule
 from scanner.agent.sdnotify import SystemdNotifier
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue, parse_suspect
+from scanner.agent.units import moment_text, rate_text
+from scanner.agent.workcount import CarriedTotal, MeteredPacer
 from scanner.agent.worker import LedgerDirWorker, WorkerSettings
 from scanner.bookie_scan import BookieScanner
 from scanner.metadata.store import MetadataUnavailable
 from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
+from scanner.statefile import write_problem
 from scanner.storage.bookie import open_bookie
-from scanner.storage.layout import discover_layout
-from throttle import DiskLoad, Pacer
+from scanner.storage.layout import LayoutError, discover_layout
+from throttle import DiskLoad
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 MARK_SECONDS = 5.0
 FOLLOW_UP_SECONDS = 3600.0
+HEAL_SECONDS = 5.0
 CONNECT_RETRY_SECONDS = 5.0
 STOP_JOIN_SECONDS = 30.0
 
@@ -54,9 +62,8 @@ class Agent:
         self.notifier = notifier or SystemdNotifier()
         self.started = time.time()
         self._stop = threading.Event()
+        self._stop_signal: int | None = None
         self._reload = threading.Event()
-        from scanner.storage.layout import LayoutError
-
         try:
             self.layout = discover_layout(config.bookie_conf, ledger_dirs=config.ledger_dirs, bookie_id=config.bookie_id)
         except LayoutError as exc:
@@ -64,41 +71,45 @@ class Agent:
         self.metadata_uri = config.metadata_uri or metadata_uri_from_conf(self.layout.conf)
         if not self.metadata_uri:
             raise StartupError(f"{config.source}: no [metadata] uri and the bookie conf names no metadata service")
+        self.on_zookeeper = not self.metadata_uri.startswith("file:")
         self.state_dir = config.state_dir
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self._refuse_bookie_state_dir()
+        try:
+            statedir.make_ready(self.state_dir, self.layout)
+        except statedir.StateDirError as exc:
+            raise StartupError(str(exc)) from None
+        statedir.clean(self.state_dir)
         self.book = FindingBook(self.state_dir)
         self.suspects = SuspectQueue(self.state_dir, config.suspect_window_seconds, config.suspect_limit)
         self._paused = control.is_paused(self.state_dir)
         self.metadata: CachedMetadata | None = None
         self.marking = None
+        self.healing = None
         self.workers: list[LedgerDirWorker] = []
+        self.entries_verified: dict[str, CarriedTotal] = {}
+        self._behind: set[str] = set()  # ledger dirs whose pass the configured rate cannot finish in time
+        self._unsaved = RateLimitedLog(log, logging.WARNING)
         self.registry = agent_registry(self.health)
-        self.endpoint: Endpoint | None = None
         self.tail = LogTail(config.log_files, self._on_log_line)
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
-
-    def _refuse_bookie_state_dir(self) -> None:
-        state = self.state_dir.resolve()
-        for bookie_dir in self.layout.ledger_dirs + self.layout.index_dirs:
-            if state.is_relative_to(bookie_dir.resolve()):
-                raise StartupError(f"state dir {self.state_dir} lies inside bookie dir {bookie_dir}: "
-                                   "the agent never writes there; choose another")
+        try:
+            self.endpoint = Endpoint(self, config.listen_host, config.listen_port)
+        except OSError as exc:
+            raise StartupError(f"{config.source}: cannot listen on {config.listen_host}:{config.listen_port} "
+                               f"([agent] listen): {exc.strerror or exc}") from None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def run(self) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: self._stop.set())
+            signal.signal(signum, self._on_stop_signal)
         signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
-        self.endpoint = Endpoint(self, self.config.listen_host, self.config.listen_port)
         self.endpoint.start()
         control.write_address(self.state_dir, self.endpoint.address)
         try:
             if not self._connect():
                 return 0
+            self.suspects.drain_inbox(self.route)  # before the scanners start: what waited there goes first
             self._start_workers()
-            self.suspects.drain_inbox(self.route)
             self.tail.start()
             self._schedule()
             self.notifier.ready(self._status_line())
@@ -107,12 +118,19 @@ class Agent:
                 if self._reload.is_set():
                     self._reload.clear()
                     self.reload()
+            if self._stop_signal is not None:
+                log.info("%s received: stopping at the next record, cursors saved",
+                         signal.Signals(self._stop_signal).name)
             self.notifier.stopping()
             return 0
         finally:
             self._shutdown()
 
     def stop(self) -> None:
+        self._stop.set()
+
+    def _on_stop_signal(self, signum, frame) -> None:
+        self._stop_signal = signum  # logged by the main loop: no logging inside a signal handler
         self._stop.set()
 
     def _connect(self) -> bool:
@@ -133,6 +151,14 @@ class Agent:
 
             self.marking = Marking(self.metadata, self.book, self.layout.bookie_id, self.state_dir,
                                    self.config.repair_command)
+        if self.config.heal:
+            if self.metadata.client is None:
+                raise StartupError(f"{self.config.source}: [repair] heal needs ZooKeeper metadata, not {self.metadata_uri}")
+            from scanner.agent.healing import Healing
+
+            self.healing = Healing(self.metadata, self.book, self.layout.bookie_id, self.state_dir,
+                                   self.config.heal_entries_per_second)
+            self.registry.register(self.healing)
         return True
 
     def _start_workers(self) -> None:
@@ -141,14 +167,16 @@ class Agent:
             worker = LedgerDirWorker(index, count, self._settings(self.config), self.metadata, self.book,
                                      self.suspects, self._pacer(index), self._pacer(index), self.paused)
             self.workers.append(worker)
+            self.entries_verified[worker.ledger_dir] = CarriedTotal()
         for worker in self.workers:
             worker.start()
 
     def _settings(self, config: AgentConfig) -> WorkerSettings:
         return WorkerSettings(self.layout, self.state_dir, config.period_seconds, config.checkpoint_seconds,
-                              config.throttle.bytes_per_second, config.throttle.entries_per_second)
+                              config.throttle.bytes_per_second, config.throttle.entries_per_second,
+                              spread_evenly=config.pace == PACE_SPREAD)
 
-    def _pacer(self, index: int) -> Pacer:
+    def _pacer(self, index: int) -> MeteredPacer:
         throttle = self.config.throttle
         loads = []
         if throttle.disk_backoff:
@@ -156,8 +184,8 @@ class Agent:
                 loads.append(DiskLoad(self.layout.ledger_dirs[index]))
             except OSError as exc:
                 log.warning("%s: no disk back-off: %s", self.layout.ledger_dirs[index], exc)
-        return Pacer(throttle.bytes_per_second, throttle.entries_per_second, windows=throttle.windows,
-                     outside_factor=throttle.outside_factor, disk_loads=loads, backoff=throttle.backoff)
+        return MeteredPacer(throttle.bytes_per_second, throttle.entries_per_second, windows=throttle.windows,
+                            outside_factor=throttle.outside_factor, disk_loads=loads, backoff=throttle.backoff)
 
     def _schedule(self) -> None:
         add = self.scheduler.add_job
@@ -167,6 +195,8 @@ class Agent:
             add(self.marking.file_pending, "interval", seconds=MARK_SECONDS, id="marks",
                 next_run_time=_now_datetime())
             add(self._follow_up, "interval", seconds=FOLLOW_UP_SECONDS, id="follow-up")
+        if self.healing is not None:
+            add(self.healing.heal_pending, "interval", seconds=HEAL_SECONDS, id="heal", next_run_time=_now_datetime())
         if self.notifier.watchdog_interval:
             add(self._watchdog, "interval", seconds=self.notifier.watchdog_interval, id="watchdog",
                 next_run_time=_now_datetime())
@@ -191,15 +221,43 @@ class Agent:
 
     def _checkpoint(self) -> None:
         for worker in self.workers:
-            worker.checkpoint()
+            try:
+                worker.checkpoint()
+            except OSError as exc:  # /health says the state dir cannot be written; the next checkpoint retries
+                self._unsaved.log("%s: cursor not saved: %s", worker.ledger_dir, exc.strerror or exc)
 
     def _poll(self) -> None:
         paused = control.is_paused(self.state_dir)
         if paused != self._paused:
             self._set_paused_flag(paused)
-        if self.suspects.drain_inbox(self.route):
-            self._wake_all()
+        try:
+            if self.suspects.drain_inbox(self.route):
+                self._wake_all()
+        except OSError as exc:  # shown on /health as the state dir's problem; the inbox waits
+            log.debug("inbox not drained: %s", exc)
+        self.suspects.flush_logs()
         self.tail.poll()
+        for worker in self.workers:
+            status = worker.status()
+            self.entries_verified[worker.ledger_dir].observe(status.entries_verified)
+            self._note_schedule(worker.ledger_dir, self._schedule_of(dataclasses.asdict(status)))
+
+    def _schedule_of(self, scanner: dict):
+        return pass_schedule(scanner["phase"], scanner["pass_started"], scanner["bytes_done"], scanner["bytes_total"],
+                             self.config.period_seconds, self.config.throttle.bytes_per_second, time.time())
+
+    def _note_schedule(self, ledger_dir: str, schedule) -> None:
+        """One line when a pass falls behind its period (with the rate that would keep up), one when it no longer is."""
+        if schedule.behind and ledger_dir not in self._behind:
+            self._behind.add(ledger_dir)
+            needed = ("it is already overdue" if schedule.needed_bytes_per_second is None
+                      else f"it needs {rate_text(schedule.needed_bytes_per_second)}")
+            log.warning("%s: at [throttle] bytes_per_second = %s the pass cannot end by %s, one period after it "
+                        "started: %s; raise the rate or period_days", ledger_dir,
+                        rate_text(self.config.throttle.bytes_per_second), moment_text(schedule.pass_due), needed)
+        elif not schedule.behind and ledger_dir in self._behind:
+            self._behind.discard(ledger_dir)
+            log.info("%s: the pass is on schedule again", ledger_dir)
 
     def _watchdog(self) -> None:
         self.notifier.watchdog()
@@ -243,12 +301,13 @@ class Agent:
         return self._paused
 
     def set_paused(self, paused: bool) -> None:
+        """Persisted first: OSError (a full or read-only state dir) leaves the agent as it was."""
         control.persist_pause(self.state_dir, paused)
         self._set_paused_flag(paused)
 
     def _set_paused_flag(self, paused: bool) -> None:
         self._paused = paused
-        log.warning("scanning %s", "paused" if paused else "resumed")
+        log.info("scanning %s", "paused" if paused else "resumed")
         self._wake_all()
 
     def _wake_all(self) -> None:
@@ -263,7 +322,7 @@ class Agent:
             log.error("reload refused, keeping the running config: %s", exc)
             return
         unchanged = ("bookie_conf", "ledger_dirs", "bookie_id", "metadata_uri", "state_dir", "listen_host",
-                     "listen_port", "mark")
+                     "listen_port", "mark", "heal")
         for name in unchanged:
             if getattr(config, name) != getattr(self.config, name):
                 log.warning("reload: %s changed; it takes effect at the next restart", name)
@@ -276,27 +335,45 @@ class Agent:
             _apply_throttle(worker.suspect_pacer, config.throttle)
             worker.wake()
         self.tail.set_paths(config.log_files)
-        log.warning("configuration reloaded from %s", config.source)
+        log.info("configuration reloaded from %s", config.source)
 
     # -- health -------------------------------------------------------------------------------
 
     def health(self) -> dict:
         """Everything ``/health`` shows; ``/metrics`` and ``status`` are views of it."""
-        scanners = [dataclasses.asdict(w.status()) for w in self.workers]
-        connected = self.metadata.connected if self.metadata is not None else False
-        failing = any(s["error"] for s in scanners)
-        status = ("starting" if not self.workers else "paused" if self._paused
-                  else "degraded" if failing or not connected else "ok")
+        scanners = []
+        for worker in self.workers:
+            scanner = dataclasses.asdict(worker.status())
+            schedule = self._schedule_of(scanner)
+            scanner.update(next_pass_at=schedule.next_pass_at, behind_schedule=schedule.behind,
+                           needed_bytes_per_second=schedule.needed_bytes_per_second,
+                           bytes_read=worker.pass_pacer.bytes_taken + worker.suspect_pacer.bytes_taken,
+                           entries_verified=self.entries_verified[worker.ledger_dir].value)
+            scanners.append(scanner)
+        connected = self.metadata is not None and self.metadata.connected
+        state_problem = write_problem(self.state_dir)
+        if not self.workers:
+            status = "starting"
+        elif any(s["error"] for s in scanners):
+            status = "failing"
+        elif state_problem or (self.on_zookeeper and not connected):
+            status = "degraded"
+        else:
+            status = "paused" if self._paused else "ok"
         marking = self.marking
-        return {
+        health = {
             "status": status,
             "bookie_id": self.layout.bookie_id,
             "storage": self.layout.storage,
             "paused": self._paused,
-            "zookeeper_connected": connected,
+            "state_dir_problem": state_problem,
             "findings": self.book.counts(),
+            "findings_new_since_start": dict(self.book.new_by_category),
+            "corrupt_entries_found": self.book.corrupt_entries_found,
             "scanners": scanners,
             "suspects_queued": self.suspects.queued(),
+            "suspects_dropped": self.suspects.dropped,
+            "suspects_failed": self.suspects.failed,
             "suspects_recent": sorted(self.suspects.recently_scanned()),
             "marks": {
                 "enabled": marking is not None,
@@ -305,8 +382,12 @@ class Agent:
                 "tracked": marking.tracked_by_stage() if marking is not None else {},
             },
             "period_seconds": self.config.period_seconds,
+            "pace": self.config.pace,
             "uptime_seconds": time.time() - self.started,
         }
+        if self.on_zookeeper:
+            health["zookeeper_connected"] = connected
+        return health
 
     def _status_line(self) -> str:
         done = sum(w.cursor.passes_completed for w in self.workers)
@@ -314,7 +395,7 @@ class Agent:
         return f"passes {done}, progress {' '.join(progress)}, findings {sum(self.book.counts().values())}"
 
 
-def _apply_throttle(pacer: Pacer, throttle: ThrottleConfig) -> None:
+def _apply_throttle(pacer: MeteredPacer, throttle: ThrottleConfig) -> None:
     pacer.set_rate(throttle.bytes_per_second, throttle.entries_per_second)
     pacer.set_windows(throttle.windows, throttle.outside_factor)
 

@@ -46,6 +46,7 @@ class WorkerSettings:
     checkpoint_seconds: float
     bytes_per_second: float | None  # the cap; None: unlimited
     entries_per_second: float | None
+    spread_evenly: bool = False  # pace a pass over the whole period instead of reading at the cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,7 @@ class WorkerStatus:
     last_progress: float  # epoch seconds of the last cursor advance
     suspects_scanned: int
     error: str | None
+    entries_verified: int = 0  # digests checked by the current pass's scanner (it starts again at 0)
 
 
 class _Interrupted(Exception):
@@ -150,7 +152,8 @@ class LedgerDirWorker:
                             cursor.passes_completed, eta, rate, cursor.ledgers_done, cursor.ledgers_total,
                             cursor.bytes_done, cursor.bytes_total,
                             cursor.pass_started, cursor.last_pass_finished, self.last_progress,
-                            self.suspects_scanned, self.error)
+                            self.suspects_scanned, self.error,
+                            full.totals.entries_verified if (full := self._pass) is not None else 0)
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -345,14 +348,18 @@ class LedgerDirWorker:
             self._saved, self._saved_at = cursor, self.clock()
 
     def _retune(self) -> None:
-        """Spread what is left of the pass over what is left of the period, capped by the configured rate."""
-        cursor = self.cursor
-        left = cursor.pass_started + self.settings.period_seconds - self.clock()
+        """Read at the configured rate (the pass is then idle until the period is over); spread evenly,
+        what is left of the pass goes over what is left of the period, capped by that rate."""
         cap = self.settings.bytes_per_second
-        remaining = max(0, cursor.bytes_total - cursor.bytes_done)
-        rate = cap if left <= 0 else max(MIN_BYTES_PER_SECOND, remaining / left)
-        if cap is not None:
-            rate = min(rate, cap)
+        rate = cap
+        if self.settings.spread_evenly:
+            cursor = self.cursor
+            left = cursor.pass_started + self.settings.period_seconds - self.clock()
+            if left > 0:
+                remaining = max(0, cursor.bytes_total - cursor.bytes_done)
+                rate = max(MIN_BYTES_PER_SECOND, remaining / left)
+                if cap is not None:
+                    rate = min(rate, cap)
         self.pass_pacer.set_rate(rate, self.settings.entries_per_second)
 
     def _pace_interval(self) -> int:

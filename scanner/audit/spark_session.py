@@ -1,4 +1,4 @@
-"""The SparkSession the export and the audit run on: embedded ``local[*]`` by default, quiet, one-line errors."""
+"""The SparkSession the audit runs on: embedded ``local[*]`` by default, quiet, one-line errors."""
 
 from __future__ import annotations
 
@@ -97,7 +97,8 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
-        raise SparkUnavailable(f"pyspark is not installed ({exc.name}): pip install 'pyspark>=4'") from None
+        raise SparkUnavailable(f"the audit runs on Spark and {exc.name} is not installed: "
+                               "pip install 'bookie-scanner[audit]'") from None
     submitted = under_spark_submit()
     if not submitted and not java_available():
         raise SparkUnavailable("Spark needs Java 17 or newer: install a JDK or set JAVA_HOME")

@@ -18,7 +18,8 @@ scan found lost or corrupt, which the audit does not count as good copies. Read-
 
 The damaged entries come from a scan run now against the metadata (digests of every entry log), or
 from a saved `bookie-scanner scan --format json` report of this bookie (--findings).
-Output: Parquet under DIR/bookie_id=<id>/ (any path Spark can write: a local path, hdfs://, s3a://);
+Output: Parquet under DIR/bookie_id=<id>/, written by pyarrow (no Spark, no JVM): a local path, s3://
+(or s3a://), gs://, or hdfs:// (the one exception: libhdfs needs Hadoop's client and Java on the host);
 re-exporting replaces this bookie's partition only, so every bookie can export into the same DIR.
 """
 
@@ -37,18 +38,18 @@ def register(subparsers) -> None:
     add_bookie_options(parser)
     add_metadata_option(parser)
     parser.add_argument("--output", metavar="DIR", required=True,
-                        help="where exports live (local path, hdfs://..., s3a://...); this bookie's partition is replaced")
+                        help="where exports live (local path, s3://..., hdfs://...); this bookie's partition is replaced")
     parser.add_argument("--findings", metavar="SCAN_JSON", type=Path,
                         help="take the damaged entries from this `scan --format json` report instead of scanning now")
     parser.add_argument("--rate", metavar="BYTES_PER_SEC", type=int,
                         help="scan at most this many bytes per second (default: unlimited)")
-    parser.add_argument("--master", metavar="URL", help="Spark master (default: local[*], embedded)")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
+    import pyarrow as pa
+
     from scanner.audit.export import bookie_listings, damaged_runs, write_export
-    from scanner.audit.spark_session import SparkUnavailable, running_spark
     from scanner.storage.bookie import open_bookie
 
     layout = bookie_layout(args)
@@ -58,14 +59,10 @@ def run(args) -> int:
         if findings is None:
             findings = _scan_now(args, layout, storage)
         try:
-            with running_spark(f"bookie-scanner export {layout.bookie_id}", args.master) as spark:
-                try:
-                    summary = write_export(spark, bookie_listings(storage, damaged_runs(findings)),
-                                           layout.bookie_id, layout.storage, args.output)
-                except Exception as exc:  # Hadoop filesystems surface as py4j errors: say where, in one line
-                    raise UsageError(f"cannot write {args.output}: {_first_line(exc)}") from None
-        except SparkUnavailable as exc:
-            raise UsageError(str(exc)) from None
+            summary = write_export(bookie_listings(storage, damaged_runs(findings)),
+                                   layout.bookie_id, layout.storage, args.output)
+        except (OSError, pa.ArrowException) as exc:  # pyarrow's filesystems: an unknown scheme, no access, no libhdfs
+            raise UsageError(f"cannot write {args.output}: {_first_line(exc)}") from None
     print(f"exported {summary.ledgers} ledgers of bookie {summary.bookie_id} to {summary.path}: "
           f"{summary.entries} entries listed, {summary.damaged} damaged"
           + (f", {summary.index_problems} unreadable indexes" if summary.index_problems else ""))

@@ -15,15 +15,22 @@ def register(subparsers) -> None:
 
 def run(args, paused: bool) -> int:
     from scanner.agent.control import AgentNotRunning, call_agent, persist_pause
-    from scanner.commands.run import load
+    from scanner.cli import UsageError
+    from scanner.commands.run import load, writable_state_dir
 
     config = load(args.config)
-    persist_pause(config.state_dir, paused)
+    writable_state_dir(config)
     word = "paused" if paused else "resumed"
     try:
-        call_agent(config.state_dir, "POST", "/pause" if paused else "/resume")
+        persist_pause(config.state_dir, paused)
+    except OSError as exc:
+        raise UsageError(f"cannot save the pause in {config.state_dir}: {exc.strerror or exc}") from None
+    try:
+        answer = call_agent(config.state_dir, "POST", "/pause" if paused else "/resume")
     except AgentNotRunning:
         print(f"scanning {word} (the agent is not running; it starts {word})")
         return 0
+    if "error" in answer:
+        raise UsageError(f"the agent answered: {answer['error']}")
     print(f"scanning {word}")
     return 0

@@ -14,7 +14,8 @@ endpoint or 'bookie-scanner suspect') first. Progress is saved in the state dir;
 
 Signals: SIGTERM/SIGINT stop at the next record (cursors saved, exit 0); SIGHUP reloads the config.
 Endpoint: GET /health, GET /metrics, POST /suspects, POST /pause, POST /resume.
-Exit status: 0 stopped, 2 configuration error.
+Exit status: 0 stopped, 2 configuration error (also: the state dir inside a bookie dir or not
+writable, the listen port busy).
 """
 
 
@@ -38,6 +39,21 @@ def load(path: Path):
         raise UsageError(str(exc)) from None
 
 
+def writable_state_dir(config) -> None:
+    """UsageError unless a command may write the config's state dir: outside the bookie's dirs and usable.
+
+    Checked before anything is created there.
+    """
+    from scanner.agent import statedir
+    from scanner.storage.layout import LayoutError, discover_layout
+
+    try:
+        layout = discover_layout(config.bookie_conf, ledger_dirs=config.ledger_dirs, bookie_id=config.bookie_id)
+        statedir.make_ready(config.state_dir, layout)
+    except (LayoutError, statedir.StateDirError) as exc:
+        raise UsageError(str(exc)) from None
+
+
 def run(args) -> int:
     import logging
 
@@ -45,7 +61,8 @@ def run(args) -> int:
 
     config = load(args.config)
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(threadName)s %(name)s: %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    # kazoo logs every failed reconnect; the agent says once when ZooKeeper is lost and once when it is back.
+    logging.getLogger("scanner.metadata.zookeeper.kazoo").setLevel(logging.ERROR)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         agent = Agent(config)

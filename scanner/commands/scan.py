@@ -62,6 +62,7 @@ def run(args) -> int:
     from scanner.metadata.store import MetadataUnavailable
     from scanner.progress import ProgressLine
     from scanner.storage.bookie import open_bookie
+    from scanner.storage.dbstorage import DbIndexError
     from throttle import Pacer
 
     if args.marks_per_second < 0:
@@ -88,6 +89,8 @@ def run(args) -> int:
                                  marks_per_second=args.marks_per_second or None)
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata became unavailable during the scan: {exc}") from None
+    except DbIndexError as exc:
+        raise UsageError(f"cannot read the bookie's DbLedgerStorage index: {exc}") from None
     finally:
         store.close()
     if args.format == "json":

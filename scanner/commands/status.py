@@ -14,8 +14,9 @@ EXIT_NOT_RUNNING = 3
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "status", help="show the running agent's health",
-        description="Ask the agent of this config for its health. Exit status: 0 ok, 1 degraded or "
-                    "findings, 2 configuration error, 3 agent not running (saved progress is shown).",
+        description="Ask the agent of this config for its health. Exit status: 0 ok (or paused), 1 degraded, "
+                    "failing or damage found (the headline says which), 2 configuration error, 3 agent not "
+                    "running (saved progress is shown).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", metavar="FILE", type=Path, required=True, help="the agent's TOML config")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
@@ -29,6 +30,7 @@ def run(args) -> int:
     config = load(args.config)
     try:
         health = call_agent(config.state_dir, "GET", "/health")
+        health.pop("http_status", None)  # 503 says degraded; the body is the same health
     except AgentNotRunning as exc:
         return _not_running(config, exc, args.format)
     if args.format == "json":
@@ -36,15 +38,32 @@ def run(args) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(health_text(health))
-    damaged = any(count for category, count in health["findings"].items() if category != "orphan_ledger")
-    return 0 if health["status"] in ("ok", "paused") and not damaged else 1
+    return 0 if not _problems(health) else 1
+
+
+def _damaged(health: dict) -> bool:
+    return any(count for category, count in health["findings"].items() if category != "orphan_ledger")
+
+
+def _problems(health: dict) -> list[str]:
+    """What makes the exit status 1; none: 0."""
+    problems = [] if health["status"] in ("ok", "paused") else [health["status"]]
+    return problems + (["damage found"] if _damaged(health) else [])
 
 
 def health_text(health: dict) -> str:
-    """The health JSON as a few lines for a person."""
-    lines = [f"bookie {health['bookie_id']} ({health['storage']} storage): {health['status'].upper()}",
-             f"  zookeeper      {'connected' if health['zookeeper_connected'] else 'NOT connected (scanning on cached metadata)'}",
-             f"  suspects       {health['suspects_queued']} queued"]
+    """The health JSON as a few lines for a person; the headline says what the exit status says."""
+    problems = _problems(health)
+    verdict = "NEEDS ATTENTION: " + ", ".join(problems) if problems else "OK"
+    if health["paused"]:
+        verdict += " (paused)"
+    lines = [f"bookie {health['bookie_id']} ({health['storage']} storage): {verdict}"]
+    if "zookeeper_connected" in health:
+        lines.append("  zookeeper      " + ("connected" if health["zookeeper_connected"]
+                                           else "NOT connected (scanning on cached metadata)"))
+    if health.get("state_dir_problem"):
+        lines.append(f"  state dir      NOT SAVED: {health['state_dir_problem']}")
+    lines.append(f"  suspects       {health['suspects_queued']} queued")
     findings = health["findings"]
     lines.append("  findings       " + (", ".join(f"{k} {v}" for k, v in findings.items()) or "none"))
     marks = health["marks"]
@@ -52,24 +71,31 @@ def health_text(health: dict) -> str:
         tracked = ", ".join(f"{k} {v}" for k, v in marks["tracked"].items()) or "none"
         lines.append(f"  marks          {marks['awaiting']} awaiting, {marks['filed']} filed since start; followed: {tracked}")
     for scanner in health["scanners"]:
-        eta = scanner["eta_seconds"]
-        eta_text = "" if eta is None else f", ETA {_duration(eta)}"
-        rate = scanner["bytes_per_second"]
-        rate_text = "unlimited" if rate is None else f"{rate / 1e6:.2f} MB/s"
-        lines.append(f"  {scanner['ledger_dir']}: {scanner['phase']} {scanner['pass_progress']:.1%} of pass "
-                     f"{scanner['passes_completed'] + 1}{eta_text}, at most {rate_text}")
-        if scanner["last_pass_finished"]:
-            ago = time.time() - scanner["last_pass_finished"]
-            lines.append(f"      last full pass finished {_duration(ago)} ago")
-        if scanner["error"]:
-            lines.append(f"      FAILING: {scanner['error']}")
+        lines.extend(_scanner_lines(scanner))
     return "\n".join(lines) + "\n"
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    return (f"{days}d " if days else "") + time.strftime("%H:%M:%S", time.gmtime(rest))
+def _scanner_lines(scanner: dict) -> list[str]:
+    from scanner.agent.units import duration_text, moment_text, rate_text
+
+    rate = rate_text(scanner["bytes_per_second"])
+    if scanner.get("next_pass_at") is not None:
+        lines = [f"  {scanner['ledger_dir']}: pass {scanner['passes_completed']} done; "
+                 f"the next starts {moment_text(scanner['next_pass_at'])}"]
+    else:
+        eta = scanner["eta_seconds"]
+        eta_text = "" if eta is None else f", ETA {duration_text(eta)}"
+        lines = [f"  {scanner['ledger_dir']}: {scanner['phase']} {scanner['pass_progress']:.1%} of pass "
+                 f"{scanner['passes_completed'] + 1}{eta_text}, at {rate}"]
+    if scanner.get("behind_schedule"):
+        needed = scanner.get("needed_bytes_per_second")
+        lines.append("      BEHIND SCHEDULE: " + ("past its period" if needed is None
+                                                  else f"needs {rate_text(needed)} to end within its period"))
+    if scanner["last_pass_finished"]:
+        lines.append(f"      last full pass finished {duration_text(time.time() - scanner['last_pass_finished'])} ago")
+    if scanner["error"]:
+        lines.append(f"      FAILING: {scanner['error']}")
+    return lines
 
 
 def _not_running(config, reason, fmt: str) -> int:

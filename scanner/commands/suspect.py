@@ -21,18 +21,25 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from scanner.agent.control import AgentNotRunning, call_agent
-    from scanner.agent.suspects import ENTRY_LOG, LEDGER, Suspect, append_to_inbox
+    from scanner.agent.suspects import ENTRY_LOG, LEDGER, append_to_inbox, parse_suspect
     from scanner.cli import UsageError
-    from scanner.commands.run import load
+    from scanner.commands.run import load, writable_state_dir
 
     config = load(args.config)
     kind, value = (LEDGER, args.ledger) if args.ledger is not None else (ENTRY_LOG, args.entry_log)
-    if value < 0:
-        raise UsageError(f"--{kind.replace('_', '-')} {value}: expected a non-negative id")
+    try:
+        suspect = parse_suspect({kind: value})
+    except ValueError as exc:
+        raise UsageError(f"--{kind.replace('_', '-')} {value}: {exc}") from None
+    writable_state_dir(config)
     try:
         answer = call_agent(config.state_dir, "POST", "/suspects", {kind: value})
     except AgentNotRunning:
-        append_to_inbox(config.state_dir, Suspect(kind, value))
+        try:
+            append_to_inbox(config.state_dir, suspect)
+        except OSError as exc:
+            raise UsageError(f"agent not running, and {kind} {value} cannot be left in {config.state_dir}: "
+                             f"{exc.strerror or exc}") from None
         print(f"agent not running: {kind} {value} left in {config.state_dir} for when it starts")
         return 0
     if "error" in answer:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
-MAX_LEDGER_ID = 2**63 - 1  # ledger ids are non-negative Java longs
+from scanner.metadata.ledger import MAX_LEDGER_ID  # ledger ids are non-negative Java longs
+
 MAX_ENTRY_LOG_ID = 2**32 - 1  # entry log ids are ints, written in hex as file names
 
 

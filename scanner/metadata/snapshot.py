@@ -71,6 +71,8 @@ def _read_dump(path: Path) -> Iterator[ZNode]:
         raise DumpFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise DumpFormatError(f"{path}: not JSON: {exc}") from None
+    except RecursionError:
+        raise DumpFormatError(f"{path}: not a dump: JSON nested deeper than Python's recursion limit") from None
     if not isinstance(entries, list):
         raise DumpFormatError(f"{path}: expected a JSON list of znodes, found {type(entries).__name__}")
     for i, entry in enumerate(entries):

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from scanner.storage.dbstorage import DbLedgerIndex, DbOpenError, MisplacedLedger
+from scanner.storage.dbstorage import DbLedgerIndex, DbOpenError, MalformedDbRecord, MisplacedLedger
 from scanner.storage.entrylog import MissingEntryLog
 from scanner.storage.indexfile import IndexFile, IndexFileError, find_index_file, indexed_ledger_ids
 from scanner.storage.layout import BookieLayout
@@ -172,14 +172,16 @@ class DbStorage(BookieStorage):
         return heapq.merge(*(self._owned_ledger_ids(i) for i in range(len(self._indexes))))
 
     def _owned_ledger_ids(self, dir_index: int) -> Iterator[int]:
-        index = self._indexes[dir_index]
-        for ledger_id in index.ledger_ids():
-            if self._dir_of(ledger_id) != dir_index:
-                raise MisplacedLedger(
-                    f"{index.current_dir}: holds ledger {ledger_id}, which belongs to ledger dir "
-                    f"{self._dir_of(ledger_id)} of {len(self._indexes)}: are the ledger dirs in the bookie's order?"
-                )
+        for ledger_id in self._indexes[dir_index].ledger_ids():
+            self._check_placement(dir_index, ledger_id)
             yield ledger_id
+
+    def _check_placement(self, dir_index: int, ledger_id: int) -> None:
+        if self._dir_of(ledger_id) != dir_index:
+            raise MisplacedLedger(
+                f"{self._indexes[dir_index].current_dir}: holds ledger {ledger_id}, which belongs to ledger dir "
+                f"{self._dir_of(ledger_id)} of {len(self._indexes)}: are the ledger dirs in the bookie's order?"
+            )
 
     def ledger_index(self, ledger_id: int) -> LedgerState | None:
         return self._indexes[self._dir_of(ledger_id)].ledger_state(ledger_id)
@@ -193,14 +195,19 @@ class DbStorage(BookieStorage):
                 continue
             located = index.ledger_locations()
             pending = next(located, None)
-            for ledger_id in self._owned_ledger_ids(index_of_dir):
+            for ledger_id, record in index.ledger_records():
+                self._check_placement(index_of_dir, ledger_id)
                 while pending is not None and pending[0] < ledger_id:
                     pending = next(located, None)  # locations of a ledger the `ledgers` DB no longer has
+                found = (ledger_id, array("Q"), array("Q"))
                 if pending is not None and pending[0] == ledger_id:
-                    yield pending
+                    found = pending
                     pending = next(located, None)
-                else:
-                    yield ledger_id, array("Q"), array("Q")
+                try:
+                    index.check_ledger_record(ledger_id, record)
+                except MalformedDbRecord as error:
+                    found = (ledger_id, None, error)
+                yield found
 
     def entry_log_path(self, ledger_id: int, entry_log_id: int) -> Path:
         path = self.layout.ledger_current_dirs[self._dir_of(ledger_id)] / f"{entry_log_id:x}.log"

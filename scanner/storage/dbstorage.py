@@ -57,6 +57,29 @@ class MisplacedLedger(DbIndexError):
     pass
 
 
+def parse_ledger_data(value: bytes, where: str) -> LedgerState:
+    """A `ledgers` DB value (``LedgerData`` protobuf); ``where`` names it in the MalformedDbRecord raised."""
+    data = LedgerData()
+    try:
+        data.ParseFromString(value)
+    except DecodeError as error:
+        raise MalformedDbRecord(f"{where}: expected a LedgerData protobuf, cannot parse: {error}") from error
+    return LedgerState(
+        master_key=data.masterKey,
+        fenced=data.fenced,
+        explicit_lac=data.explicitLac if data.HasField("explicitLac") else None,
+        limbo=data.limbo,
+    )
+
+
+def parse_location_value(value: bytes, where: str) -> EntryLocation | None:
+    """A `locations` DB value; None for 0, which BookKeeper reads as "no such entry"."""
+    if len(value) != LOCATION_VALUE.size:
+        raise MalformedDbRecord(f"{where}: expected an {LOCATION_VALUE.size}-byte location, found {len(value)} bytes")
+    raw = LOCATION_VALUE.unpack(value)[0]
+    return EntryLocation.decode(raw) if raw else None
+
+
 class ReadOnlyRocksDb:
     """One RocksDB opened read-only (a snapshot as of open) through symlinks in a directory of our own."""
 
@@ -87,7 +110,8 @@ class ReadOnlyRocksDb:
             os.unlink(self._view / stale)
         for name in os.listdir(self.path):
             if _DB_FILES.fullmatch(name):
-                os.symlink(self.path / name, self._view / name)
+                # absolute: a relative target would resolve against our scratch dir, not the caller's cwd
+                os.symlink(self.path.absolute() / name, self._view / name)
 
     def __enter__(self) -> "ReadOnlyRocksDb":
         return self
@@ -151,30 +175,27 @@ class DbLedgerIndex:
 
     def ledger_ids(self) -> Iterator[int]:
         """Every ledger in the `ledgers` DB, ascending; storage-flag keys (negative) are skipped."""
-        for key, _ in self._ledgers.items_from(LEDGER_KEY.pack(0)):
+        for ledger_id, _ in self.ledger_records():
+            yield ledger_id
+
+    def ledger_records(self) -> Iterator[tuple[int, bytes]]:
+        """(ledger id, its `LedgerData` bytes, unparsed) for every ledger in the `ledgers` DB, ascending."""
+        for key, value in self._ledgers.items_from(LEDGER_KEY.pack(0)):
             ledger_id = self._unpack_key(LEDGER_KEY, key, self._ledgers)[0]
             if ledger_id < 0:
                 return  # negative keys sort after every non-negative one
-            yield ledger_id
+            yield ledger_id, value
+
+    def check_ledger_record(self, ledger_id: int, value: bytes) -> None:
+        """Raises MalformedDbRecord when the record does not parse (BookKeeper's start-up would fail on it)."""
+        parse_ledger_data(value, f"{self._ledgers.path}: key {ledger_id}")
 
     def ledger_state(self, ledger_id: int) -> LedgerState | None:
         """The ledger's `LedgerData`, or None when the `ledgers` DB has no record of it."""
         value = self._ledgers.get(LEDGER_KEY.pack(ledger_id))
         if value is None:
             return None
-        data = LedgerData()
-        try:
-            data.ParseFromString(value)
-        except DecodeError as error:
-            raise MalformedDbRecord(
-                f"{self._ledgers.path}: key {ledger_id}: expected a LedgerData protobuf, cannot parse: {error}"
-            ) from error
-        return LedgerState(
-            master_key=data.masterKey,
-            fenced=data.fenced,
-            explicit_lac=data.explicitLac if data.HasField("explicitLac") else None,
-            limbo=data.limbo,
-        )
+        return parse_ledger_data(value, f"{self._ledgers.path}: key {ledger_id}")
 
     def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
         """(entry id, location) of every entry of the ledger in the `locations` DB, entry id ascending."""
@@ -182,14 +203,9 @@ class DbLedgerIndex:
             key_ledger, entry_id = self._unpack_key(LOCATION_KEY, key, self._locations)
             if key_ledger != ledger_id:
                 return
-            if len(value) != LOCATION_VALUE.size:
-                raise MalformedDbRecord(
-                    f"{self._locations.path}: key ({ledger_id}, {entry_id}): expected an {LOCATION_VALUE.size}-byte "
-                    f"location, found {len(value)} bytes"
-                )
-            raw = LOCATION_VALUE.unpack(value)[0]
-            if raw:  # 0 reads as "no such entry" in BookKeeper
-                yield entry_id, EntryLocation.decode(raw)
+            location = parse_location_value(value, f"{self._locations.path}: key ({ledger_id}, {entry_id})")
+            if location is not None:
+                yield entry_id, location
 
     def ledger_locations(self) -> Iterator[tuple[int, array, array]]:
         """(ledger id, entry ids, encoded locations) of every ledger in the `locations` DB, in key order.

@@ -198,6 +198,7 @@ class IndexedRecordFault(NamedTuple):
     entry_id: int
     lost: bool  # True: no record there (gone, cut, unreadable, not a record boundary); False: another entry's
     reason: str
+    found_ledger_id: int | None = None  # whose record the walk found there instead, when it found one
 
 
 class ExpectedRecords(NamedTuple):
@@ -298,11 +299,13 @@ class EntryLog:
         data_start = DIRECT_BLOCK_SIZE if direct else LEGACY_HEADER_SIZE
         return EntryLogHeader(version, map_offset, count, direct, data_start)
 
-    def _has_ledgers_map(self) -> bool:
+    @property
+    def header_has_map(self) -> bool:
+        """The header announces a ledgers map (the log was finished), whether or not the map reads."""
         return self.header is not None and self.header.version >= 1 and self.header.ledgers_map_offset != 0
 
     def _find_records_end(self) -> int:
-        if not self._has_ledgers_map():
+        if not self.header_has_map:
             return self.size
         offset = self.header.ledgers_map_offset
         if self.header.data_start <= offset <= self.size:
@@ -324,7 +327,7 @@ class EntryLog:
         return self._ledgers_map
 
     def _read_ledgers_map(self) -> dict[int, int] | None:
-        if not self._has_ledgers_map() or self._records_end != self.header.ledgers_map_offset:
+        if not self.header_has_map or self._records_end != self.header.ledgers_map_offset:
             return None  # no map, or an offset already reported as broken when the file was opened
         size = self.size
         max_batch = LEDGERS_MAP_BATCH_HEADER + LEDGERS_MAP_ITEM * LEDGERS_MAP_MAX_BATCH
@@ -362,7 +365,7 @@ class EntryLog:
         return sizes
 
     def _broken_map(self, offset: int, detail: str) -> None:
-        self._report(BrokenLedgersMap(self.path, self.entry_log_id, offset, detail))
+        self._report(BrokenLedgersMap(self.path, self.entry_log_id, offset, f"ledgers map: {detail}"))
         return None
 
     # --- walking the records ---
@@ -469,7 +472,7 @@ class EntryLog:
                             else:
                                 index_faults.append(IndexedRecordFault(
                                     body, exp_ledgers[j], exp_entries[j], False,
-                                    f"the record at pos {body} is ledger {ledger_id} entry {entry_id}"))
+                                    f"the record at pos {body} is ledger {ledger_id} entry {entry_id}", ledger_id))
                                 j += 1
                             next_exp = exp_pos[j] if j < exp_count else window_end
                         pos = following

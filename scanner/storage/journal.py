@@ -87,7 +87,11 @@ def _collect_file(fd: int, start: int | None, wanted: set[int], pending: set[tup
     if len(head) < _FILE_HEADER.size or head[:4] != b"BKLG":
         return
     version = _FILE_HEADER.unpack(head)[1]
-    pos = start if start is not None else (512 if version >= 5 else 8)
+    first = 512 if version >= 5 else 8
+    # A mark before the first record (negative: BookKeeper's "start of file", or damaged) reads from the first.
+    pos = start if start is not None and start >= first else first
+    if pos >= os.fstat(fd).st_size:
+        return  # nothing after the mark (and an offset past any file must not reach pread)
     buffer, base = b"", pos
     while True:
         at = pos - base

@@ -1,0 +1,334 @@
+"""A real Apache BookKeeper 4.16.7 cluster for tests: the ``livebk`` kit beside the checkout.
+
+``LiveCluster(run_dir)`` is a context manager around the kit's ``start.sh`` / ``writer.sh`` /
+``stop.sh``: ZooKeeper and three bookies on 127.0.0.1 with free ports (bound to port 0 and read
+back), everything under ``run_dir``. Leaving the ``with`` block stops everything it started, also
+when the block raised, also bookies a test restarted. ``live_cluster`` is a per-test pytest fixture
+over it (import it into a test module, or a conftest, to use it).
+
+    with LiveCluster(tmp_path / "bk") as cluster:
+        cluster.write(seconds=10)             # the kit's real client: ledgers of every digest type
+        cluster.wait_for_writer()
+        bookie = cluster.bookies[0]           # bookie1: InterleavedLedgerStorage (.idx)
+        bookie.conf, bookie.bookie_id, bookie.pid, bookie.ledger_dir
+        bookie.stop(); ...change its files...; bookie.start()
+        cluster.metadata_uri                  # zk+hierarchical://127.0.0.1:PORT/ledgers
+        cluster.shell("readledger", "-l", "5")  # BookKeeper's own shell, with bookie1's conf
+
+The tests FAIL (never skip) when java or the kit is missing: a JRE is part of the test install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+LIVEBK = Path(__file__).resolve().parents[2] / "shared" / "livebk"
+LEDGER_PASSWORD = b"livebk"
+BOOKIE_COUNT = 3
+STORAGE = ("interleaved", "db", "db")  # bookie1 keeps .idx files, bookies 2 and 3 RocksDB
+_START_ATTEMPTS = 3
+# The JVM options start.sh gives a bookie, so a bookie restarted here runs as it did.
+_BOOKIE_JAVA_OPTIONS = (
+    "-Xmx256m", "-XX:MaxDirectMemorySize=128m", "-XX:+UseSerialGC", "-Dio.netty.tryReflectionSetAccessible=true",
+    "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens", "java.base/java.io=ALL-UNNAMED",
+)
+
+
+class LiveClusterError(RuntimeError):
+    """The cluster could not be started or a process of it did not behave: the message says why."""
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports the kernel just handed out as free on 127.0.0.1."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _end_process(pid: int, timeout: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL if it still runs after ``timeout`` seconds."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@dataclass
+class LiveBookie:
+    """One bookie of a LiveCluster: ``number`` 1..3 as the kit names them."""
+
+    cluster: "LiveCluster"
+    number: int
+    port: int
+    _process: subprocess.Popen | None = None  # set once this process started the bookie again
+
+    @property
+    def name(self) -> str:
+        return f"bookie{self.number}"
+
+    @property
+    def conf(self) -> Path:
+        """The bookie's own ``bk_server.conf`` (give it to the scanner as is)."""
+        return self.cluster.run_dir / f"bk{self.number}.conf"
+
+    @property
+    def bookie_id(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def storage(self) -> str:
+        return STORAGE[self.number - 1]
+
+    @property
+    def home(self) -> Path:
+        return self.cluster.run_dir / self.name
+
+    @property
+    def ledger_dir(self) -> Path:
+        """The ledger directory (entry logs; bookie1's .idx files; bookie2's RocksDB) with its ``current``."""
+        return self.home / "ledgers" / "current"
+
+    @property
+    def log(self) -> Path:
+        return self.cluster.run_dir / f"{self.name}.log"
+
+    @property
+    def _pid_file(self) -> Path:
+        return self.cluster.run_dir / f"{self.name}.pid"
+
+    @property
+    def pid(self) -> int | None:
+        """The running bookie's process id, None while it is stopped."""
+        if self._process is not None:
+            return self._process.pid if self._process.poll() is None else None
+        try:
+            pid = int(self._pid_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    @property
+    def started_here(self) -> bool:
+        """Started again by this process (not by start.sh): its child, to be reaped when it ends."""
+        return self._process is not None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def stop(self) -> None:
+        """End the bookie's JVM (SIGTERM: a clean shutdown, as ``kill`` in the kit's README)."""
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        elif (pid := self.pid) is not None:
+            _end_process(pid)
+        self._pid_file.unlink(missing_ok=True)
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the bookie again as start.sh does, and wait until it serves and is registered.
+
+        It listens before it has replayed its journal; only once registered in ZooKeeper does it serve.
+        """
+        if self.running:
+            raise LiveClusterError(f"{self.name} is already running (pid {self.pid})")
+        java = shutil.which("java") or "java"
+        with open(self.log, "ab") as log:
+            process = subprocess.Popen(
+                [java, f"-Dlog4j2.configurationFile={self.cluster.kit / 'log4j2.xml'}", *_BOOKIE_JAVA_OPTIONS,
+                 "-cp", f"{self.cluster.kit / 'lib'}/*", "org.apache.bookkeeper.server.Main", "--conf", str(self.conf)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._process = process
+        self._pid_file.write_text(f"{process.pid}\n")
+        deadline = time.monotonic() + timeout
+        while not listening(self.port):
+            if process.poll() is not None:
+                raise LiveClusterError(f"{self.name} exited with status {process.returncode}: see {self.log}")
+            if time.monotonic() > deadline:
+                raise LiveClusterError(
+                    f"{self.name} does not listen on {self.port} after {timeout:.0f} s: see {self.log}")
+            time.sleep(0.2)
+        if not self.cluster.registered(self.bookie_id, max(1.0, deadline - time.monotonic())):
+            raise LiveClusterError(f"{self.name} did not register in ZooKeeper within {timeout:.0f} s: see {self.log}")
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class LiveCluster:
+    """ZooKeeper and three bookies of the livebk kit under ``run_dir`` (see the module doc)."""
+
+    def __init__(self, run_dir: Path, kit: Path = LIVEBK):
+        self.run_dir = Path(run_dir)
+        self.kit = Path(kit)
+        self.zk_port: int | None = None
+        self.bookies: list[LiveBookie] = []
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def __enter__(self) -> "LiveCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 180.0) -> None:
+        if shutil.which("java") is None:
+            raise LiveClusterError("java is not installed (Debian's default-jre-headless; ./dev test installs it)")
+        if not (self.kit / "start.sh").is_file():
+            raise LiveClusterError(f"the livebk kit is not at {self.kit}")
+        failures = []
+        # Ports picked as free can be taken before the JVMs bind them: then try fresh ones.
+        for _ in range(_START_ATTEMPTS):
+            self.zk_port, *ports = free_ports(1 + BOOKIE_COUNT)
+            self.bookies = [LiveBookie(self, n, port) for n, port in enumerate(ports, start=1)]
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir.mkdir(parents=True)
+            try:
+                started = subprocess.run(
+                    [str(self.kit / "start.sh"), str(self.run_dir), str(self.zk_port), *map(str, ports)],
+                    stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.stop()
+                failures.append(f"start.sh took more than {timeout:.0f} s")
+                continue
+            if started.returncode == 0 and all(self.registered(b.bookie_id, timeout=60) for b in self.bookies):
+                return
+            self.stop()
+            failures.append(started.stderr.strip() or f"start.sh exited with {started.returncode}")
+        raise LiveClusterError("the live cluster did not start: " + " | ".join(failures))
+
+    def stop(self) -> None:
+        """Stop the writer, the bookies and ZooKeeper, whatever started them."""
+        # Bookies started again from here are this process's children: end and reap them first
+        # (stop.sh would wait on their zombies), then stop.sh ends the rest by their pid files.
+        for bookie in self.bookies:
+            if bookie.started_here:
+                bookie.stop()
+        if self.run_dir.is_dir():
+            subprocess.run([str(self.kit / "stop.sh"), str(self.run_dir)], stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=120)
+
+    # -- what tests use -------------------------------------------------------------------------------
+
+    @property
+    def metadata_uri(self) -> str:
+        return f"zk+hierarchical://127.0.0.1:{self.zk_port}/ledgers"
+
+    @property
+    def zk_connect_string(self) -> str:
+        return f"127.0.0.1:{self.zk_port}"
+
+    def registered(self, bookie_id: str, timeout: float = 60.0) -> bool:
+        """Wait until ``bookie_id`` is registered as available (writable); False if not within ``timeout``."""
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=self.zk_connect_string, timeout=10)
+        client.start(timeout=10)
+        try:
+            deadline = time.monotonic() + timeout
+            while client.exists(f"/ledgers/available/{bookie_id}") is None:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.2)
+            return True
+        finally:
+            client.stop()
+            client.close()
+
+    def bookie(self, bookie_id: str) -> LiveBookie:
+        return next(b for b in self.bookies if b.bookie_id == bookie_id)
+
+    def write(self, seconds: int, seed: int = 42) -> None:
+        """Start the kit's writer (the real BookKeeper client) for ``seconds``, in the background."""
+        subprocess.run([str(self.kit / "writer.sh"), str(self.run_dir), str(self.zk_port), str(seconds), str(seed)],
+                       stdin=subprocess.DEVNULL, check=True, capture_output=True, timeout=60)
+
+    def wait_for_writer(self, timeout: float = 300.0) -> str:
+        """Wait until the writer has finished; its log. LiveClusterError if it failed or hangs."""
+        pid = int((self.run_dir / "writer.pid").read_text())
+        deadline = time.monotonic() + timeout
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                _end_process(pid)
+                raise LiveClusterError(f"the writer still runs after {timeout:.0f} s")
+            time.sleep(0.5)
+        log = (self.run_dir / "writer.log").read_text(errors="replace")
+        if "DONE" not in log:
+            raise LiveClusterError("the writer did not finish: " + log[-2000:])
+        return log
+
+    def shell(self, *args: str, conf: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess:
+        """Run BookKeeper's own ``BookieShell`` (a real client) with a bookie's conf (bookie1's by default)."""
+        java = shutil.which("java") or "java"
+        return subprocess.run(
+            [java, f"-Dlog4j2.configurationFile={self.kit / 'log4j2.xml'}", *_BOOKIE_JAVA_OPTIONS,
+             "-cp", f"{self.kit / 'lib'}/*", "org.apache.bookkeeper.bookie.BookieShell",
+             "-conf", str(conf or self.bookies[0].conf), *args],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def live_cluster(tmp_path):
+    """A started LiveCluster under the test's tmp dir; stopped after the test whatever happened."""
+    cluster = LiveCluster(tmp_path / "livebk")
+    try:
+        cluster.start()
+    except LiveClusterError as exc:
+        cluster.stop()
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

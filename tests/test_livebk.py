@@ -1,0 +1,35 @@
+"""The live-cluster helper itself: it starts the kit's real cluster, restarts a bookie, stops all of it."""
+
+from __future__ import annotations
+
+import os
+
+from livebk import LiveCluster, listening
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_cluster_starts_writes_restarts_a_bookie_and_stops_everything(tmp_path):
+    with LiveCluster(tmp_path / "bk") as cluster:
+        assert all(listening(b.port) for b in cluster.bookies)
+        assert cluster.metadata_uri == f"zk+hierarchical://127.0.0.1:{cluster.zk_port}/ledgers"
+        cluster.write(seconds=3)
+        assert "DONE created=" in cluster.wait_for_writer()
+        bookie = cluster.bookies[1]
+        assert f"bookiePort={bookie.port}" in bookie.conf.read_text()
+        first_pid = bookie.pid
+        bookie.stop()
+        assert bookie.pid is None and not _running(first_pid) and not listening(bookie.port)
+        bookie.start()
+        assert bookie.running and bookie.pid != first_pid and listening(bookie.port)
+        listed = cluster.shell("listbookies", "-rw")
+        assert all(b.bookie_id in listed.stdout + listed.stderr for b in cluster.bookies), listed.stderr[-2000:]
+        pids = [b.pid for b in cluster.bookies] + [int((cluster.run_dir / "zk.pid").read_text())]
+    assert not any(_running(pid) for pid in pids)
+    assert not any(listening(port) for port in [cluster.zk_port, *(b.port for b in cluster.bookies)])
