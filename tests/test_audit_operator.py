@@ -23,7 +23,7 @@ def per_bookie_exports(spark, tmp_path_factory):  # noqa: F811 (fixture)
     """Each bookie exported into its own subdirectory; bookie1 is its damaged copy."""
     parent = tmp_path_factory.mktemp("per-bookie-exports")
     for name in ("bookie1", "bookie2", "bookie3", "bookie4"):
-        export_bookie(spark, name, parent / name, damaged=name == "bookie1")
+        export_bookie(name, parent / name, damaged=name == "bookie1")
     return parent
 
 

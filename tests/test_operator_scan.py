@@ -119,8 +119,8 @@ def test_a_broken_idx_file_is_a_finding_about_its_ledger(tmp_path, capsys):
 @pytest.mark.parametrize("args, says", [
     (["--rate", "-5"], "argument --rate: rate -5: expected more than 0 bytes per second"),
     (["--rate", "fast"], "argument --rate: rate 'fast': expected a whole number"),
-    (["--ledger", str(2**63)], f"argument --ledger: ledger id {2**63}: expected 0 to {2**63 - 1}"),
-    (["--ledger", "-1"], "argument --ledger: ledger id -1: expected 0 to"),
+    (["--ledger", str(2**63)], f"argument --ledger: ledger id {2**63} is out of range: expected 0 to {2**63 - 1}"),
+    (["--ledger", "-1"], "argument --ledger: ledger id -1 is out of range: expected 0 to"),
     (["--ledger", "999999"], "ledger 999999 is neither in this bookie's index nor in the metadata"),
     (["--entry-log", "99"], "entry log 99 (63.log) is in none of the ledger dirs"),
     (["--entry-log", "0xzz"], "argument --entry-log: entry log '0xzz': expected a decimal id (26), 0x1a or 1a.log"),

@@ -145,7 +145,13 @@ def spark_log_path() -> Path:
 
 
 def _see_log(spark_log: Path | None) -> str:
-    return f" (Spark's log: {spark_log})" if spark_log is not None and spark_log.exists() else ""
+    """Where to read more, when Spark wrote something; an empty log is removed."""
+    if spark_log is None or not spark_log.exists():
+        return ""
+    if spark_log.stat().st_size == 0:
+        spark_log.unlink()
+        return ""
+    return f" (Spark's log: {spark_log})"
 
 
 def _write_parquet(violations, output: str) -> None:

@@ -89,7 +89,7 @@ def run(args) -> int:
                                  marks_per_second=args.marks_per_second or None)
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata became unavailable during the scan: {exc}") from None
-    except DbIndexError as exc:
+    except DbIndexError as exc:  # what is left once damage became findings: ledger dirs given out of order
         raise UsageError(f"cannot read the bookie's DbLedgerStorage index: {exc}") from None
     finally:
         store.close()

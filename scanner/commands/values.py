@@ -17,7 +17,7 @@ def ledger_id(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"ledger id {text!r}: expected a decimal number") from None
     if not 0 <= value <= MAX_LEDGER_ID:
-        raise argparse.ArgumentTypeError(f"ledger id {text}: expected 0 to {MAX_LEDGER_ID}")
+        raise argparse.ArgumentTypeError(f"ledger id {text} is out of range: expected 0 to {MAX_LEDGER_ID}")
     return value
 
 
@@ -29,7 +29,7 @@ def entry_log_id(text: str) -> int:
         raise argparse.ArgumentTypeError(f"entry log {text!r}: expected a decimal id (26), 0x1a or 1a.log")
     value = int(text, 10) if decimal else int(text.removesuffix(".log"), 16)
     if value > MAX_ENTRY_LOG_ID:
-        raise argparse.ArgumentTypeError(f"entry log {text}: expected an id up to {MAX_ENTRY_LOG_ID}")
+        raise argparse.ArgumentTypeError(f"entry log {text} is out of range: expected an id up to {MAX_ENTRY_LOG_ID}")
     return value
 
 

@@ -239,6 +239,9 @@ class _UnopenedIndex:
     def ledger_locations(self) -> Iterator[tuple[int, array, array]]:
         return iter(())
 
+    def ledger_records(self) -> Iterator[tuple[int, bytes]]:
+        return iter(())
+
 
 def open_bookie(layout: BookieLayout, work_dir: Path | None = None) -> BookieStorage:
     """A read-only storage view of the bookie; use it as a context manager.
