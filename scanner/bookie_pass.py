@@ -26,12 +26,12 @@ import dataclasses
 import logging
 import os
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterator
 
-from scanner.bookie_scan import BookieScanner, Pacer, Unpaced
+from scanner.bookie_scan import BookieScanner, OrphanTrace, Pacer, ScanTotals, Unpaced
 from scanner.checks.entry_log_check import judge_entry_log
 from scanner.checks.findings import Category, Finding
 from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults, orphan_finding
@@ -51,19 +51,8 @@ BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metad
 
 
 @dataclass
-class PassTotals:
-    ledgers_checked: int = 0
-    entry_logs_scanned: int = 0
-    entries_verified: int = 0
-    bytes_scanned: int = 0
+class PassTotals(ScanTotals):
     journaled: int = 0  # entries the index lacked that the journal holds unflushed (not missing)
-
-
-@dataclass
-class _Orphan:
-    indexed: int | None = None
-    unreadable: int = 0
-    logs: set[int] = field(default_factory=set)
 
 
 class _Recording:
@@ -111,7 +100,8 @@ class BookiePass:
         self.log_files = self._own_logs()  # the logs of this pass, listed once, id order
         self._own_log_ids = {f.entry_log_id for f in self.log_files}
         self.vanished: set[int] = set()  # listed logs that were gone when their turn came
-        self._orphans: dict[int, _Orphan] = defaultdict(_Orphan)
+        self.changed: set[int] = set()  # logs truncated or replaced while they were walked
+        self._orphans: dict[int, OrphanTrace] = defaultdict(OrphanTrace)
         self._absent: set[int] = set()  # ledgers met in the logs that the metadata does not have
         self._unindexed: dict[int, _Recording] = {}  # placed on this bookie by the metadata, not in the index
         self._unlisted: dict[int, DigestVerifier | None] = {}  # ledgers only the logs named, read once
@@ -178,19 +168,18 @@ class BookiePass:
                 self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
             return
         self.pacer.take_entries(len(entry_ids))
-        if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
-            entry_ids, raw_locations = self._into_own_logs(entry_ids, raw_locations)
-        self.runs.add(ledger_id, entry_ids, raw_locations)
         if read.meta is None:
             if owned:
                 self._orphans[ledger_id].indexed = len(entry_ids)
-            return
-        self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
-        if not owned or _holds_every_entry(read.meta, self.bookie_id, entry_ids):
-            return
-        evidence = LedgerEvidence(ledger_id, entry_ids)
-        if any(not f.category.informational for f in judge_ledger(read.meta, self.bookie_id, evidence)):
-            self._recheck.add(ledger_id)
+        else:
+            self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
+            if owned and not _holds_every_entry(read.meta, self.bookie_id, entry_ids):
+                evidence = LedgerEvidence(ledger_id, entry_ids)
+                if any(not f.category.informational for f in judge_ledger(read.meta, self.bookie_id, evidence)):
+                    self._recheck.add(ledger_id)
+        if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
+            entry_ids, raw_locations = self._into_own_logs(entry_ids, raw_locations)
+        self.runs.add(ledger_id, entry_ids, raw_locations)
 
     def _into_own_logs(self, entry_ids, raw_locations):
         # `.idx` storage spreads one id space of logs over all ledger dirs: keep the locations into ours.
@@ -300,6 +289,13 @@ class BookiePass:
             finally:
                 self.totals.entries_verified += entry_log.stats.entries_verified
                 self.totals.bytes_scanned += entry_log.stats.bytes_scanned
+            if entry_log.changed_since_open():
+                # Truncated or replaced under the walk (no bookie does that to a log it still indexes): what
+                # the walk saw of it is no evidence. The next pass walks it again.
+                log.warning("entry log %d changed under the walk (%d bytes when opened); not judged this pass",
+                            log_file.entry_log_id, entry_log.size)
+                self.changed.add(log_file.entry_log_id)
+                return []
             misread = {f.found_ledger_id for f in entry_log.index_faults if f.found_ledger_id is not None}
             for ledger_id in entry_log.stats.ledger_bytes:
                 if ledger_id in self._absent and ledger_id not in misread and self.owns_ledger(ledger_id):
@@ -332,8 +328,9 @@ class BookiePass:
         recording = self._unindexed.get(ledger_id)
         if recording is not None:
             return recording
-        if ledger_id in self.table:
-            return self.table.verifier(ledger_id)
+        listed, verifier = self.table.lookup(ledger_id)
+        if listed:
+            return verifier
         if ledger_id in self._unlisted:
             return self._unlisted[ledger_id]
         if ledger_id in self._absent or ledger_id in self.undecodable:
@@ -480,18 +477,32 @@ def _entries(finding: Finding) -> Iterator[int]:
 def _holds_every_entry(meta, bookie_id: str, entry_ids) -> bool:
     """True when, by counting alone, the index lists every entry the write sets give this bookie.
 
-    Exact for fragments whose write quorum is the whole ensemble (every entry is on every bookie);
-    False (judge entry by entry) as soon as a fragment stripes.
+    Exact: the entries listed in each of the bookie's fragments are as many as its write sets give it,
+    and all of them are its own (then none is missing). False means: judge entry by entry.
     """
     for fragment in meta.fragments():
-        if fragment.bookie_index(bookie_id) is None or fragment.last_entry_id is None:
+        index = fragment.bookie_index(bookie_id)
+        if index is None or fragment.last_entry_id is None:
             continue
-        if fragment.write_quorum != fragment.ensemble_size:
-            return False
         first, last = fragment.first_entry_id, fragment.last_entry_id
-        if bisect.bisect_right(entry_ids, last) - bisect.bisect_left(entry_ids, first) != last - first + 1:
+        low, high = bisect.bisect_left(entry_ids, first), bisect.bisect_right(entry_ids, last)
+        if fragment.write_quorum == fragment.ensemble_size:
+            if high - low != last - first + 1:
+                return False
+            continue
+        size, quorum = fragment.ensemble_size, fragment.write_quorum
+        if high - low != _striped_count(first, last, index, size, quorum):
+            return False
+        # As many as owed: complete unless some listed entry is not this bookie's (then judge entry by entry).
+        if any((index - e) % size >= quorum for e in entry_ids[low:high]):
             return False
     return True
+
+
+def _striped_count(first: int, last: int, index: int, size: int, quorum: int) -> int:
+    """How many entries of [first, last] have the bookie at ensemble ``index`` in their write set."""
+    whole, rest = divmod(last - first + 1, size)
+    return whole * quorum + sum(1 for e in range(first, first + rest) if (index - e) % size < quorum)
 
 
 def _next_batch(index: Iterator) -> list:

@@ -24,7 +24,7 @@ from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entry import DigestVerifier
 from scanner.storage.indexfile import IndexFileError
 from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog, WrongEntry
-from scanner.report import ScanReport
+from scanner.report import ScanReport, storage_problems
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,9 @@ class ScanTotals:
 
 
 @dataclass
-class _Orphan:
+class OrphanTrace:
+    """What a scan saw of a ledger the metadata no longer has."""
+
     indexed: int | None = None
     unreadable: int = 0
     logs: set[int] = field(default_factory=set)
@@ -79,7 +81,7 @@ class BookieScanner:
         self._metadata: dict[int, LedgerMetadata | None] = {}
         self._verifiers: dict[int, DigestVerifier | None] = {}
         self._logs: OrderedDict[str, EntryLog] = OrderedDict()
-        self._orphans: dict[int, _Orphan] = defaultdict(_Orphan)
+        self._orphans: dict[int, OrphanTrace] = defaultdict(OrphanTrace)
         self.undecodable: set[int] = set()  # ledgers whose metadata does not decode
 
     def close(self) -> None:
@@ -340,9 +342,17 @@ def _size(path) -> int:
 
 def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
                 ledgers: list[int] | None = None, entry_logs: list[int] | None = None,
-                pacer: Pacer | None = None, progress=None, scratch=None) -> ScanReport:
-    """A whole on-demand scan: a full pass, or only the ledgers (through their index) or entry logs asked for."""
+                pacer: Pacer | None = None, progress=None, scratch=None,
+                parallel: "ParallelDirs | None" = None) -> ScanReport:
+    """A whole on-demand scan: a full pass, or only the ledgers (through their index) or entry logs asked for.
+
+    With ``parallel`` and several ledger dirs, the full pass runs one process per dir (``parallel.jobs``
+    at once), each opening the metadata at ``parallel.metadata_uri`` itself.
+    """
     if ledgers is None and entry_logs is None:
+        dirs = len(storage.layout.ledger_dirs)
+        if parallel is not None and parallel.jobs > 1 and dirs > 1:
+            return _parallel_pass(storage.layout, bookie_id, storage_kind, parallel, scratch)
         return _full_pass(storage, store, bookie_id, storage_kind, pacer, progress, scratch)
     report = ScanReport(bookie_id, storage_kind)
     with BookieScanner(storage, store, bookie_id, pacer) as scanner:
@@ -365,13 +375,8 @@ def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str
         report.findings.extend(scanner.orphan_findings())
         if progress:
             progress.finish()
-        totals = scanner.totals
-    report.ledgers_checked = totals.ledgers_checked
-    report.entry_logs_scanned = totals.entry_logs_scanned
-    report.entries_verified = totals.entries_verified
-    report.bytes_scanned = totals.bytes_scanned
-    report.add_storage_problems(storage.unreadable_indexes, scanner.undecodable)
-    return report
+        report.findings.extend(storage_problems(storage.unreadable_indexes, scanner.undecodable))
+        return _with_totals(report, scanner.totals)
 
 
 def _full_pass(storage: BookieStorage, store, bookie_id: str, storage_kind: str, pacer, progress,
@@ -383,10 +388,64 @@ def _full_pass(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
     with BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(storage.layout, scratch),
                     pacer) as full:
         report.findings.extend(full.run(progress))
-        totals = full.totals
+        report.findings.extend(storage_problems(storage.unreadable_indexes, full.undecodable))
+        return _with_totals(report, full.totals)
+
+
+@dataclass(frozen=True)
+class ParallelDirs:
+    """How a full scan of a bookie with several ledger dirs runs them side by side."""
+
+    metadata_uri: str
+    jobs: int
+    bytes_per_second: float | None = None  # for the whole scan: each dir's process gets its share
+
+
+def _parallel_pass(layout, bookie_id: str, storage_kind: str, parallel: ParallelDirs, scratch) -> ScanReport:
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    dirs = len(layout.ledger_dirs)
+    jobs = min(parallel.jobs, dirs)
+    layout = dataclasses.replace(layout, conf=dict(layout.conf))  # picklable for the processes
+    rate = None if parallel.bytes_per_second is None else parallel.bytes_per_second / jobs
+    report, totals = ScanReport(bookie_id, storage_kind), ScanTotals()
+    # Spawned, not forked: a fork would copy the parent's ZooKeeper and RocksDB threads half-alive.
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        runs = [pool.submit(_dir_pass, layout, bookie_id, parallel.metadata_uri, rate, scratch, i) for i in range(dirs)]
+        seen = set()
+        for run in runs:
+            findings, dir_totals = run.result()
+            for finding in findings:  # a ledger's records in another dir's logs may be judged by both
+                key = (finding.category, finding.ledger_id, finding.entries, finding.entry_log)
+                if key not in seen:
+                    seen.add(key)
+                    report.findings.append(finding)
+            for name in ("ledgers_checked", "entry_logs_scanned", "entries_verified", "bytes_scanned"):
+                setattr(totals, name, getattr(totals, name) + getattr(dir_totals, name))
+    return _with_totals(report, totals)
+
+
+def _dir_pass(layout, bookie_id: str, metadata_uri: str, rate, scratch, dir_index: int):
+    """One ledger dir's full pass, in a process of its own."""
+    from scanner.bookie_pass import BookiePass
+    from scanner.metadata.uri import open_metadata
+    from scanner.storage.bookie import open_bookie
+    from throttle import Pacer as RatePacer
+
+    with open_metadata(metadata_uri) as store, open_bookie(layout, scratch) as storage, \
+            BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(layout, scratch),
+                       RatePacer(bytes_per_second=rate), dir_index=dir_index) as full:
+        own_index = str(layout.index_current_dirs[dir_index])
+        findings = full.run() + storage_problems({d: why for d, why in storage.unreadable_indexes.items()
+                                                  if d == own_index}, full.undecodable)
+        return findings, ScanTotals(full.totals.ledgers_checked, full.totals.entry_logs_scanned,
+                                    full.totals.entries_verified, full.totals.bytes_scanned)
+
+
+def _with_totals(report: ScanReport, totals: ScanTotals) -> ScanReport:
     report.ledgers_checked = totals.ledgers_checked
     report.entry_logs_scanned = totals.entry_logs_scanned
     report.entries_verified = totals.entries_verified
     report.bytes_scanned = totals.bytes_scanned
-    report.add_storage_problems(storage.unreadable_indexes, full.undecodable)
     return report

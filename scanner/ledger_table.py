@@ -47,10 +47,17 @@ class LedgerTable:
     def __contains__(self, ledger_id: int) -> bool:
         return self._find(ledger_id) is not None
 
+    def lookup(self, ledger_id: int) -> tuple[bool, DigestVerifier | None]:
+        """(whether the ledger is in the table, its digest verifier or None when it has no digest type)."""
+        i = self._find(ledger_id)
+        return (False, None) if i is None else (True, self._verifier_at(i))
+
     def verifier(self, ledger_id: int) -> DigestVerifier | None:
         """The ledger's digest verifier; None if the ledger is not in the table or has no digest type."""
-        i = self._find(ledger_id)
-        if i is None or self._digests[i] == _NO_DIGEST:
+        return self.lookup(ledger_id)[1]
+
+    def _verifier_at(self, i: int) -> DigestVerifier | None:
+        if self._digests[i] == _NO_DIGEST:
             return None
         key = (self._digests[i], self._keys[i])
         verifier = self._verifiers.get(key)
@@ -60,6 +67,7 @@ class LedgerTable:
         return verifier
 
     def _find(self, ledger_id: int) -> int | None:
-        self.freeze()
+        if not self._frozen:
+            self.freeze()
         i = bisect.bisect_left(self._ids, ledger_id)
         return i if i < len(self._ids) and self._ids[i] == ledger_id else None

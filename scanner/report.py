@@ -27,18 +27,6 @@ class ScanReport:
     findings: list[Finding] = field(default_factory=list)
     ledger_names: dict[int, str] = field(default_factory=dict)  # what a damaged ledger holds (Pulsar's names)
 
-    def add_storage_problems(self, unreadable_indexes: Mapping[str, str], undecodable: Iterable[int]) -> None:
-        """Findings for what the scan could not look at: indexes that do not open, metadata that does not decode."""
-        for index_dir, why in sorted(unreadable_indexes.items()):
-            self.findings.append(Finding(
-                Category.UNREADABLE_INDEX, None, None, None, None,
-                f"{index_dir}: the index does not open ({why}); the ledgers of this ledger dir are reported "
-                "missing; if the entry logs are intact, rebuild the index with the bookie stopped"))
-        for ledger_id in sorted(undecodable):
-            self.findings.append(Finding(
-                Category.NOT_JUDGED, ledger_id, None, None, None,
-                f"ledger {ledger_id}: its metadata znode does not decode, so its copy here was not judged"))
-
     def name_ledgers(self, store) -> None:
         """Look up, in ``store``, what each ledger with a finding belongs to (a Pulsar topic, cursor, schema)."""
         from scanner.metadata.ledger import MetadataFormatError
@@ -114,3 +102,15 @@ def _ordered(findings: list[Finding]) -> list[Finding]:
         key=lambda f: (severity[f.category], f.ledger_id if f.ledger_id is not None else -1,
                        f.entry_log if f.entry_log is not None else -1, f.offset or 0),
     )
+
+
+def storage_problems(unreadable_indexes: Mapping[str, str], undecodable: Iterable[int]) -> list[Finding]:
+    """Findings for what a scan could not look at: indexes that do not open, metadata that does not decode."""
+    findings = [Finding(Category.UNREADABLE_INDEX, None, None, None, None,
+                        f"{index_dir}: the index does not open ({why}); the ledgers of this ledger dir are reported "
+                        "missing; if the entry logs are intact, rebuild the index with the bookie stopped")
+                for index_dir, why in sorted(unreadable_indexes.items())]
+    findings += [Finding(Category.NOT_JUDGED, ledger_id, None, None, None,
+                         f"ledger {ledger_id}: its metadata znode does not decode, so its copy here was not judged")
+                 for ledger_id in sorted(undecodable)]
+    return findings

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -123,6 +124,8 @@ class LedgerDirWorker:
         self._save_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"scanner-dir{index}", daemon=True)
         self._pass: BookiePass | None = None
+        # Scratch of a run that was killed (sorted locations, index views): nothing in it is state.
+        shutil.rmtree(settings.state_dir / "work" / f"dir{index}", ignore_errors=True)
 
     # -- control (any thread) -----------------------------------------------------------------
 
@@ -169,12 +172,21 @@ class LedgerDirWorker:
                     log.warning("%s: waiting for metadata: %s", self.ledger_dir, exc)
                     self.pass_pacer.wait(RETRY_SECONDS)
                 except Exception as exc:  # a bug or a disk error must not end the agent: report and retry
-                    log.exception("%s: scanner step failed; retrying in %gs", self.ledger_dir, ERROR_RETRY_SECONDS)
+                    if self._in_state_dir(exc):  # full or read-only: one line, /health names the state dir
+                        log.error("%s: state not saved (%s); retrying in %gs", self.ledger_dir, exc,
+                                  ERROR_RETRY_SECONDS)
+                    else:
+                        log.exception("%s: scanner step failed; retrying in %gs", self.ledger_dir,
+                                      ERROR_RETRY_SECONDS)
                     self.error = f"{type(exc).__name__}: {exc}"
                     self._close_pass()
                     self.pass_pacer.wait(ERROR_RETRY_SECONDS)
         finally:
-            self._save()
+            try:
+                self._save()
+            except OSError as exc:  # a full or read-only state dir: the last saved place stands
+                log.error("%s: cursor not saved on stop (%s): the next start resumes from the last saved place",
+                          self.ledger_dir, exc.strerror or exc)
             self._close_pass()
 
     def _step(self) -> None:
@@ -334,7 +346,10 @@ class LedgerDirWorker:
         self.cursor = self.cursor.advanced(**changes)
         self.last_progress = self.clock()
         if self.clock() - self._saved_at >= self.settings.checkpoint_seconds:
-            self._save()
+            try:
+                self._save()
+            except OSError:
+                pass  # the checkpoint job says so (rate-limited) and retries; /health names the state dir
 
     def checkpoint(self) -> None:
         """Save the cursor if it moved since the last save (any thread)."""
@@ -361,6 +376,10 @@ class LedgerDirWorker:
                 if cap is not None:
                     rate = min(rate, cap)
         self.pass_pacer.set_rate(rate, self.settings.entries_per_second)
+
+    def _in_state_dir(self, exc: Exception) -> bool:
+        name = getattr(exc, "filename", None)
+        return isinstance(exc, OSError) and name is not None and Path(name).is_relative_to(self.settings.state_dir)
 
     def _pace_interval(self) -> int:
         """Bytes between checkpoints: a few a second at the pass's rate, so progress and the cursor move record by

@@ -51,16 +51,24 @@ def bookie_layout(args):
         raise UsageError(str(exc)) from None
 
 
+def metadata_uri(args, layout=None) -> str:
+    """The metadata URI --metadata names, or the bookie's conf; a UsageError when there is none."""
+    from scanner.metadata.uri import metadata_uri_from_conf
+
+    uri = args.metadata or (metadata_uri_from_conf(layout.conf) if layout is not None else None)
+    if not uri:
+        raise UsageError("no metadata service: pass --metadata zk://HOST:PORT/ledgers or --metadata file:DUMP.json")
+    return uri
+
+
 def metadata_store(args, layout=None):
     """The metadata store named by --metadata, or by the bookie's conf; a UsageError says what to fix."""
     from scanner.metadata.ledger_paths import LayoutError
     from scanner.metadata.snapshot import DumpFormatError
     from scanner.metadata.store import MetadataUnavailable
-    from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
+    from scanner.metadata.uri import open_metadata
 
-    uri = args.metadata or (metadata_uri_from_conf(layout.conf) if layout is not None else None)
-    if not uri:
-        raise UsageError("no metadata service: pass --metadata zk://HOST:PORT/ledgers or --metadata file:DUMP.json")
+    uri = metadata_uri(args, layout)
     try:
         return open_metadata(uri)
     except (MetadataUnavailable, DumpFormatError, LayoutError) as exc:

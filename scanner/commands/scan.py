@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 from scanner.commands import values
+from scanner.commands.bookie_args import (add_bookie_options, add_metadata_option, bookie_layout, metadata_store,
+                                          metadata_uri)
 from scanner.commands.output import add_format_option
-from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
 
 DESCRIPTION = """\
 Scan one bookie once, read-only, and report what BP-24 calls the three conditions:
@@ -43,6 +45,9 @@ def register(subparsers) -> None:
                         help="verify only this entry log: 26, 0x1a or 1a.log (repeatable)")
     parser.add_argument("--rate", metavar="BYTES_PER_SEC", type=values.rate,
                         help="read at most this many bytes per second (default: unlimited)")
+    parser.add_argument("--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
+                        help="ledger dirs scanned at once, each in a process of its own (default: the number of "
+                             "CPUs; a bookie with one ledger dir is scanned by one process)")
     add_format_option(parser)
     repair = parser.add_argument_group("repair (default: report only)")
     repair.add_argument("--mark", action="store_true",
@@ -56,7 +61,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from scanner.bookie_scan import scan_bookie
+    from scanner.bookie_scan import ParallelDirs, scan_bookie
     from scanner.cli import UsageError
     from scanner.envelope import write_document
     from scanner.metadata.store import MetadataUnavailable
@@ -65,6 +70,8 @@ def run(args) -> int:
     from scanner.storage.dbstorage import DbIndexError
     from throttle import Pacer
 
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be 1 or more, got {args.jobs}")
     if args.marks_per_second < 0:
         raise UsageError(f"--marks-per-second must be 0 (unlimited) or more, got {args.marks_per_second:g}")
     layout = bookie_layout(args)
@@ -77,9 +84,10 @@ def run(args) -> int:
         with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
                 open_bookie(layout, work_dir=work_dir) as storage:
             _check_narrowing(storage, store, args.ledger, args.entry_log)
+            parallel = ParallelDirs(metadata_uri(args, layout), args.jobs, args.rate)
             report = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger,
                                  entry_logs=args.entry_log, pacer=Pacer(bytes_per_second=args.rate),
-                                 progress=ProgressLine())
+                                 progress=ProgressLine(), scratch=Path(work_dir), parallel=parallel)
         report.name_ledgers(store)
         repair = None
         if args.mark:

@@ -10,15 +10,18 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from scanner.metadata.json_list import NotAList, NotJson, json_list_items
 from scanner.metadata.ledger_paths import LAYOUT_NODE, LedgerManager
 from scanner.metadata.store import MetadataStore, ZNode, check_root, resolve_manager
+from scanner.metadata.znode_table import ZNodeTable
 
 DEFAULT_ROOT = "/ledgers"
 _UNDERREPLICATION = "underreplication"
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # ZooKeeper's zxids, versions and times are Java longs
 
 
 class DumpFormatError(ValueError):
@@ -26,57 +29,66 @@ class DumpFormatError(ValueError):
 
 
 class SnapshotStore(MetadataStore):
-    """Ledger metadata read from a dump file, held in memory.
+    """Ledger metadata read from a dump file.
 
+    The dump is decoded once, item by item, into a table of the store's own (see ZNodeTable: a
+    file in the temp dir, about two thirds of the dump's size), so memory does not grow with the
+    number of znodes and the dump file may change or go afterwards.
     ``root`` defaults to the parent of the shallowest ``LAYOUT`` znode in the dump (else
     /ledgers); ``manager`` defaults to what that ``LAYOUT`` says.
     """
 
     def __init__(self, dump_path: str | Path, root: str | None = None, manager: LedgerManager | None = None):
         self.dump_path = Path(dump_path)
-        self._nodes = {n.path: n for n in _read_dump(self.dump_path)}
-        self._children: dict[str, list[str]] = {}
-        for path in self._nodes:
-            parent, _, name = path.rpartition("/")
-            if name:
-                self._children.setdefault(parent or "/", []).append(name)
-        self.root = check_root(root) if root is not None else self._guess_root()
-        self.manager = resolve_manager(self._nodes.get(f"{self.root}/{LAYOUT_NODE}"), manager, self.root)
-
-    def _guess_root(self) -> str:
-        roots = [
-            path.rpartition("/")[0]
-            for path in self._nodes
-            if path.endswith("/" + LAYOUT_NODE) and not path.endswith(f"/{_UNDERREPLICATION}/{LAYOUT_NODE}")
-        ]
-        roots = [r for r in roots if r]
-        return min(roots, key=lambda r: (r.count("/"), r)) if roots else DEFAULT_ROOT
+        layouts: list[str] = []
+        self._table = ZNodeTable(_noting_layouts(_read_dump(self.dump_path), layouts))
+        try:
+            self.root = check_root(root) if root is not None else _guess_root(layouts)
+            self.manager = resolve_manager(self.node(f"{self.root}/{LAYOUT_NODE}"), manager, self.root)
+        except BaseException:
+            self._table.close()
+            raise
 
     def node(self, path: str) -> ZNode | None:
-        return self._nodes.get(path)
+        return self._table.node(path)
 
     def children(self, path: str) -> list[str]:
-        return list(self._children.get(path, ()))
+        return self._table.children(path)
 
     def close(self) -> None:
-        self._nodes.clear()
-        self._children.clear()
+        self._table.close()
+
+
+def _noting_layouts(nodes: Iterator[ZNode], layouts: list[str]) -> Iterator[ZNode]:
+    for node in nodes:
+        if node.path.endswith("/" + LAYOUT_NODE):
+            layouts.append(node.path)
+        yield node
+
+
+def _guess_root(layout_paths: list[str]) -> str:
+    roots = [
+        path.rpartition("/")[0]
+        for path in layout_paths
+        if not path.endswith(f"/{_UNDERREPLICATION}/{LAYOUT_NODE}")
+    ]
+    roots = [r for r in roots if r]
+    return min(roots, key=lambda r: (r.count("/"), r)) if roots else DEFAULT_ROOT
 
 
 def _read_dump(path: Path) -> Iterator[ZNode]:
     try:
-        with path.open("rb") as f:
-            entries = json.load(f)
+        with path.open(encoding="utf-8-sig") as f:
+            for i, entry in enumerate(json_list_items(f)):
+                yield _znode(entry, f"{path}: entry {i}")
     except OSError as exc:
         raise DumpFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (NotJson, UnicodeDecodeError) as exc:
         raise DumpFormatError(f"{path}: not JSON: {exc}") from None
+    except NotAList as exc:
+        raise DumpFormatError(f"{path}: expected a JSON list of znodes, found {exc.found}") from None
     except RecursionError:
         raise DumpFormatError(f"{path}: not a dump: JSON nested deeper than Python's recursion limit") from None
-    if not isinstance(entries, list):
-        raise DumpFormatError(f"{path}: expected a JSON list of znodes, found {type(entries).__name__}")
-    for i, entry in enumerate(entries):
-        yield _znode(entry, f"{path}: entry {i}")
 
 
 def _znode(entry: object, where: str) -> ZNode:
@@ -95,8 +107,9 @@ def _znode(entry: object, where: str) -> ZNode:
     numbers = {}
     for key in ("mzxid", "version", "ctime"):
         value = entry.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise DumpFormatError(f"{where} ({path}): {key!r} must be an integer, found {value!r}")
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                      and _INT64_MIN <= value <= _INT64_MAX):
+            raise DumpFormatError(f"{where} ({path}): {key!r} must be an integer (64-bit), found {value!r}")
         numbers[key] = value
     return ZNode(
         path=path,
@@ -114,9 +127,14 @@ def write_dump(store: MetadataStore, out: TextIO, root: str | None = None) -> in
     Nodes are written as they are read, so the dump never sits in memory as a whole.
     Nodes that disappear during the walk are left out.
     """
+    return write_dump_nodes(_subtree(store, root or store.root), out)
+
+
+def write_dump_nodes(nodes: Iterable[ZNode], out: TextIO) -> int:
+    """Write ``nodes`` as a dump, one znode per line, as they come; returns the count."""
     count = 0
     out.write("[")
-    for node in _subtree(store, root or store.root):
+    for node in nodes:
         out.write(",\n" if count else "\n")
         out.write(json.dumps(_dump_entry(node)))
         count += 1

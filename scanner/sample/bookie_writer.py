@@ -23,7 +23,7 @@ class EntryLogWriter:
         self.entry_log_id = entry_log_id
         self.path = Path(current_dir) / f"{entry_log_id:x}.log"
         self._file = open(self.path, "wb")
-        self._file.write(b"BKLO" + struct.pack(">i", 1) + bytes(LOG_HEADER_SIZE - 8))
+        self._file.write(entry_log_header())
         self._ledger_bytes: dict[int, int] = {}
 
     @property
@@ -40,14 +40,26 @@ class EntryLogWriter:
     def close(self, with_ledgers_map: bool = True) -> None:
         if with_ledgers_map and self._ledger_bytes:
             map_offset = self._file.tell()
-            items = sorted(self._ledger_bytes.items())
-            for start in range(0, len(items), LEDGERS_MAP_BATCH):
-                batch = items[start : start + LEDGERS_MAP_BATCH]
-                body = struct.pack(">qqi", -1, -2, len(batch)) + b"".join(struct.pack(">qq", *kv) for kv in batch)
-                self._file.write(struct.pack(">i", len(body)) + body)
-            self._file.seek(8)
-            self._file.write(struct.pack(">qi", map_offset, len(items)))
+            self._file.write(ledgers_map(self._ledger_bytes))
+            self._file.seek(0)
+            self._file.write(entry_log_header(map_offset, len(self._ledger_bytes)))
         self._file.close()
+
+
+def entry_log_header(ledgers_map_offset: int = 0, ledgers_count: int = 0) -> bytes:
+    """The 1024-byte header; a log gets its ledgers map offset and count only when it is rotated."""
+    return (b"BKLO" + struct.pack(">iqi", 1, ledgers_map_offset, ledgers_count)).ljust(LOG_HEADER_SIZE, b"\0")
+
+
+def ledgers_map(ledger_bytes: dict[int, int]) -> bytes:
+    """The ledgers map records (ledger id -> bytes it holds, length prefixes included), in batches."""
+    items = sorted(ledger_bytes.items())
+    records = []
+    for start in range(0, len(items), LEDGERS_MAP_BATCH):
+        batch = items[start : start + LEDGERS_MAP_BATCH]
+        body = struct.pack(">qqi", -1, -2, len(batch)) + struct.pack(f">{2 * len(batch)}q", *(v for kv in batch for v in kv))
+        records.append(struct.pack(">i", len(body)) + body)
+    return b"".join(records)
 
 
 def index_file_path(index_current_dir: Path, ledger_id: int) -> Path:
@@ -62,14 +74,27 @@ def write_index_file(
     fenced: bool = False,
 ) -> Path:
     """A version-1 ``.idx`` file: header, then one 8-byte slot per entry id, in whole pages."""
+    slots = {entry_id: location.encode() for entry_id, location in locations.items()}
+    return write_index_slots(index_current_dir, ledger_id, master_key, slots, fenced)
+
+
+def write_index_slots(
+    index_current_dir: Path,
+    ledger_id: int,
+    master_key: bytes,
+    slots: dict[int, int],
+    fenced: bool = False,
+) -> Path:
+    """``write_index_file`` from encoded locations (entry id -> ``EntryLocation.encode()``)."""
     path = index_file_path(index_current_dir, ledger_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():  # a stat is far cheaper than a mkdir that fails
+        path.parent.mkdir(parents=True, exist_ok=True)
     header = b"BKLE" + struct.pack(">ii", 1, len(master_key)) + master_key + struct.pack(">ii", int(fenced), 0)
     slots_per_page = INDEX_PAGE_SIZE // 8
-    pages = (max(locations) // slots_per_page + 1) if locations else 0
+    pages = (max(slots) // slots_per_page + 1) if slots else 0
     body = bytearray(pages * INDEX_PAGE_SIZE)
-    for entry_id, location in locations.items():
-        struct.pack_into(">q", body, entry_id * 8, location.encode())
+    for entry_id, encoded in slots.items():
+        struct.pack_into(">q", body, entry_id * 8, encoded)
     path.write_bytes(header.ljust(INDEX_HEADER_SIZE, b"\0") + bytes(body))
     return path
 

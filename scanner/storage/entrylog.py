@@ -273,6 +273,15 @@ class EntryLog:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def changed_since_open(self) -> bool:
+        """Whether the file shrank, or its path now names another file, since it was opened."""
+        try:
+            now = os.stat(self.path)
+            opened = os.fstat(self._fd)
+        except OSError:
+            return False  # deleted: the open file is unchanged, garbage collection only unlinks
+        return opened.st_size < self.size or (now.st_ino, now.st_dev) != (opened.st_ino, opened.st_dev)
+
     def _pread(self, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes at ``offset``: fewer when the file ends (or shrank) before."""
         try:

@@ -1,0 +1,103 @@
+"""The items of a JSON list, decoded one at a time from a text stream.
+
+A dump of a cluster with a million ledgers is a list of a million objects: decoded whole it costs
+gigabytes, decoded item by item it costs about one read chunk, whatever the layout of the text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import TextIO
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER_CHARS = re.compile(r"[0-9eE.+-]*")
+_DECODER = json.JSONDecoder()
+READ_CHUNK = 1 << 20  # characters
+
+
+class NotJson(ValueError):
+    """The text is not JSON; the message says at which character and why."""
+
+
+class NotAList(ValueError):
+    """The text is JSON, but its top-level value is not a list; ``found`` names its type."""
+
+    def __init__(self, found: str):
+        super().__init__(f"expected a JSON list, found {found}")
+        self.found = found
+
+
+def json_list_items(stream: TextIO) -> Iterator[object]:
+    """Each item of the JSON list that ``stream`` holds, in order; NotJson or NotAList otherwise.
+
+    Errors surface when the reader reaches them: items before a syntax error are yielded first.
+    """
+    return _ListReader(stream).items()
+
+
+class _ListReader:
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+        self._text = ""
+        self._pos = 0
+        self._dropped = 0  # characters before self._text, for error positions
+        self._eof = False
+
+    def items(self) -> Iterator[object]:
+        if self._peek() != "[":
+            raise NotAList(type(self._value()).__name__)
+        self._pos += 1
+        if self._peek() == "]":
+            self._pos += 1
+        else:
+            while True:
+                yield self._value()
+                delimiter = self._peek()
+                if delimiter not in (",", "]"):
+                    raise self._error("expecting ',' or ']' after a list item")
+                self._pos += 1
+                if delimiter == "]":
+                    break
+        if self._peek():
+            raise self._error("extra data after the list")
+
+    def _peek(self) -> str:
+        """The next character that is not whitespace, not consumed; "" at the end of the text."""
+        while True:
+            self._pos = _WHITESPACE.match(self._text, self._pos).end()
+            if self._pos < len(self._text):
+                return self._text[self._pos]
+            if not self._read_more():
+                return ""
+
+    def _value(self) -> object:
+        self._peek()
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self._text, self._pos)
+            except json.JSONDecodeError as error:
+                # most likely the value goes on in the next chunk; read at least as much again
+                if self._read_more(len(self._text)):
+                    continue
+                raise NotJson(f"at character {self._dropped + error.pos}: {error.msg}") from None
+            if isinstance(value, (int, float)) and _NUMBER_CHARS.fullmatch(self._text, end) and self._read_more():
+                continue  # the chunk may have cut the number short ("-1.5" of "-1.5e-7")
+            self._pos = end
+            return value
+
+    def _read_more(self, at_least: int = 0) -> bool:
+        if self._eof:
+            return False
+        chunk = self._stream.read(max(READ_CHUNK, at_least))
+        if not chunk:
+            self._eof = True
+            return False
+        self._dropped += self._pos
+        self._text = self._text[self._pos :] + chunk
+        self._pos = 0
+        return True
+
+    def _error(self, problem: str) -> NotJson:
+        return NotJson(f"at character {self._dropped + self._pos}: {problem}")

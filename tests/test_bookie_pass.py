@@ -1,0 +1,130 @@
+"""The full pass on copies of the corpus bookies: a log changing under the walk, and the journal's unflushed entries."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+from pathlib import Path
+
+from corpus import CORPUS
+from scanner.bookie_pass import BookiePass
+from scanner.metadata.snapshot import SnapshotStore
+from scanner.storage.bookie import open_bookie
+from scanner.storage.journal import pending_entries
+from scanner.storage.layout import discover_layout
+
+DUMP = CORPUS / "zk-dump.json"
+
+
+def _copy(tmp_path: Path, name: str):
+    ledgers = tmp_path / name / "ledgers"
+    shutil.copytree(CORPUS / name / "ledgers", ledgers)
+    for path in ledgers.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    conf = tmp_path / f"{name}.conf"
+    conf.write_text((CORPUS / "bookie-configs" / f"{name}.conf").read_text()
+                    .replace(f"/var/lib/bookkeeper/{name}", str(tmp_path / name)))
+    return discover_layout(conf)
+
+
+def _pass(layout, store, scratch: Path) -> BookiePass:
+    storage = open_bookie(layout, scratch)
+    return BookiePass(storage, store, layout.bookie_id, scratch, lambda: open_bookie(layout, scratch))
+
+
+def test_a_log_truncated_under_the_walk_is_no_finding_and_is_said(tmp_path, caplog):
+    layout = _copy(tmp_path, "bookie1")
+    with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
+        full.read_index()
+        full.read_cluster()
+        assert full.judge_index() == []
+        log_file = full.log_files[0]
+        cut = []
+
+        def checkpoint(offset, findings):
+            if not cut:  # the first checkpoint: cut the rest of the log away, as nothing in a bookie would
+                os.truncate(log_file.path, offset + 100)
+                cut.append(offset)
+            return False
+
+        with caplog.at_level(logging.WARNING):
+            assert full.walk(log_file, checkpoint=checkpoint, pace_interval=4096) == []
+        assert cut and log_file.entry_log_id in full.changed
+        assert f"entry log {log_file.entry_log_id} changed under the walk" in caplog.text
+        full.storage.close()
+
+
+def test_a_log_deleted_under_the_walk_is_walked_to_its_end(tmp_path):
+    layout = _copy(tmp_path, "bookie1")
+    with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
+        full.read_index()
+        log_file = full.log_files[0]
+        gone = []
+
+        def checkpoint(offset, findings):
+            if not gone:
+                os.unlink(log_file.path)  # garbage collection: the open file stays readable
+                gone.append(offset)
+            return False
+
+        assert full.walk(log_file, checkpoint=checkpoint, pace_interval=4096) == []
+        assert gone and not full.changed and full.totals.entries_verified > 100
+        full.storage.close()
+
+
+def _journal_record(ledger_id: int, entry_id: int) -> bytes:
+    body = struct.pack(">qq", ledger_id, entry_id) + bytes(40)
+    return struct.pack(">i", len(body)) + body
+
+
+def test_entries_in_the_journal_after_the_last_mark_are_pending(tmp_path):
+    layout = _copy(tmp_path, "bookie1")
+    journal = tmp_path / "bookie1" / "journal" / "current"
+    journal.mkdir(parents=True)
+    flushed = _journal_record(7, 0) + _journal_record(7, 1)
+    header = b"BKLG" + struct.pack(">i", 5) + bytes(504)  # V5+: records from byte 512
+    (journal / "10.txn").write_bytes(header + flushed + _journal_record(7, 2) + _journal_record(8, 0)
+                                     + struct.pack(">i", -0x100) + struct.pack(">i", 6) + bytes(6)
+                                     + _journal_record(7, 3) + bytes(8))
+    (journal / "11.txn").write_bytes(header + _journal_record(7, 4))
+    (journal / "f.txn").write_bytes(header + _journal_record(7, 99))  # before the mark's file: all flushed
+    for current in layout.ledger_current_dirs:
+        (current / "lastMark").write_bytes(struct.pack(">qq", 0x10, 512 + len(flushed)))
+    assert pending_entries(layout, {7}) == {(7, 2), (7, 3), (7, 4)}
+    assert pending_entries(layout, {8}) == {(8, 0)}
+    # A mark before the file's first record counts the whole file as unflushed: never fewer, never a crash.
+    (layout.ledger_current_dirs[0] / "lastMark").write_bytes(struct.pack(">qq", 0x10, -5))
+    assert pending_entries(layout, {7}) == {(7, 0), (7, 1), (7, 2), (7, 3), (7, 4)}
+
+
+def test_ledger_dirs_scanned_in_parallel_processes_find_what_one_process_finds(tmp_path):
+    """The corrupted bookie1 copy with its later logs moved to a second ledger dir: one process per dir."""
+    import dataclasses
+
+    from scanner.bookie_scan import ParallelDirs, scan_bookie
+
+    layout = discover_layout(CORPUS / "bookie-configs" / "bookie1.conf",
+                             ledger_dirs=[CORPUS / "corrupted" / "bookie1-corrupted" / "ledgers"])
+    split = tmp_path / "two"
+    first, second = split / "d0", split / "d1"
+    shutil.copytree(layout.ledger_dirs[0], first)
+    (second / "current").mkdir(parents=True)
+    for name in ("2.log", "3.log", "4.log"):
+        os.rename(first / "current" / name, second / "current" / name)
+    two_dirs = dataclasses.replace(layout, ledger_dirs=(first, second), index_dirs=(first, second))
+
+    def keys(report):
+        return sorted(((f.category.value, f.ledger_id, f.entries, f.entry_log) for f in report.findings), key=repr)
+
+    with SnapshotStore(DUMP) as store:
+        with open_bookie(layout, tmp_path) as storage:
+            one = scan_bookie(storage, store, layout.bookie_id, layout.storage, scratch=tmp_path)
+        with open_bookie(two_dirs, tmp_path) as storage:
+            two = scan_bookie(storage, store, layout.bookie_id, layout.storage, scratch=tmp_path,
+                              parallel=ParallelDirs(f"file:{DUMP}", jobs=2))
+    assert {f.category.value for f in one.findings} >= {"corrupt_entry", "lost_entry", "missing_ledger"}
+    assert keys(two) == keys(one)
+    assert (two.entries_verified, two.bytes_scanned, two.entry_logs_scanned) == (
+        one.entries_verified, one.bytes_scanned, one.entry_logs_scanned)

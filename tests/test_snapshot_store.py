@@ -1,0 +1,192 @@
+"""The dump store at scale: streamed decoding, the same view as the dump, little memory, threads and forks."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import tempfile
+import threading
+import tracemalloc
+
+import pytest
+
+from corpus import CORPUS
+from scanner.metadata import json_list
+from scanner.metadata.json_list import NotAList, NotJson, json_list_items
+from scanner.metadata.ledger_paths import LedgerManager, layout_bytes, ledger_path
+from scanner.metadata.snapshot import DumpFormatError, SnapshotStore, write_dump_nodes
+from scanner.metadata.store import ZNode
+
+LIVE_DUMP = CORPUS / "zk-dump-live.json"
+# numbers, strings with escapes and non-ASCII, nesting: every kind of value a chunk boundary can cut
+ITEMS = [
+    {"path": "/ledgers/00/0000/L0001", "data_b64": "QkFTRTY0PT0=", "ephemeral": False, "mzxid": 12345678901234},
+    [], {}, 0, -1.5e-7, 123456789012345678901234567890, True, None, "",
+    "tab\t quote\" backslash\\ unicode \u00e9\u4e2d \ud83d\ude00",
+    {"nested": [1, [2, [3, {"deep": "é中"}]]], "empty": {}},
+]
+
+
+@pytest.mark.parametrize("indent", [None, 0, 2])
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8, 13, 64, 1 << 20])
+def test_a_list_read_in_chunks_gives_the_items_json_gives(monkeypatch, indent, chunk):
+    monkeypatch.setattr(json_list, "READ_CHUNK", chunk)
+    for items in (ITEMS, [], ITEMS[:1], ITEMS[::-1]):
+        text = json.dumps(items, indent=indent, ensure_ascii=False)
+        assert list(json_list_items(io.StringIO(text))) == json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text, error, message",
+    [
+        ("", NotJson, "at character 0"),
+        ('[{"a": 1} {"b": 2}]', NotJson, "at character 10: expecting ',' or ']'"),
+        ('[{"a": 1},]', NotJson, "at character 10"),
+        ('[{"a": 1}', NotJson, "at character 9: expecting ',' or ']'"),
+        ("[1] [2]", NotJson, "at character 4: extra data"),
+        ('{"path": "/"}', NotAList, "found dict"),
+        ('"x"', NotAList, "found str"),
+    ],
+)
+def test_text_that_is_not_a_json_list_is_refused_with_the_place(text, error, message):
+    with pytest.raises(error, match=message):
+        list(json_list_items(io.StringIO(text)))
+
+
+def test_every_znode_of_a_dump_reads_back_as_dumped_and_children_follow_the_paths():
+    entries = json.loads(LIVE_DUMP.read_text())
+    children: dict[str, set[str]] = {}
+    for entry in entries:
+        parent, _, name = entry["path"].rpartition("/")
+        children.setdefault(parent or "/", set()).add(name)
+    with SnapshotStore(LIVE_DUMP) as store:
+        for entry in entries:
+            node = store.node(entry["path"])
+            assert node.data == base64.b64decode(entry["data_b64"])
+            assert (node.ephemeral, node.mzxid, node.version) == (entry["ephemeral"], entry["mzxid"], entry["version"])
+            assert sorted(store.children(entry["path"])) == sorted(children.get(entry["path"], ()))
+        assert store.children("/") == ["ledgers"]
+        assert store.node("ledgers") is None and store.children("ledgers") == []
+        assert store.node("/ledgers/00/0000/L9999") is None
+
+
+def node_line(path, data, **fields):
+    encoded = None if data is None else base64.b64encode(data).decode()
+    return json.dumps({"path": path, "data_b64": encoded, "ephemeral": False, "mzxid": 1, "version": 0, **fields})
+
+
+def test_a_path_given_twice_keeps_the_last_and_no_data_stays_distinct_from_empty_data(tmp_path):
+    dump = tmp_path / "dump.json"
+    layout = layout_bytes(LedgerManager.HIERARCHICAL)
+    lines = [node_line("/ledgers", None), node_line("/ledgers/LAYOUT", layout),
+             node_line("/ledgers/x", b"old"), node_line("/ledgers/x", b"", version=3)]
+    dump.write_text("[" + ",\n".join(lines) + "]")
+    with SnapshotStore(dump) as store:
+        assert store.node("/ledgers").data is None
+        assert store.node("/ledgers/x") == ZNode("/ledgers/x", b"", False, 1, 3, None)
+        assert sorted(store.children("/ledgers")) == ["LAYOUT", "x"]
+
+
+def test_a_number_zookeeper_cannot_hold_is_a_dump_error(tmp_path):
+    dump = tmp_path / "dump.json"
+    dump.write_text("[" + node_line("/ledgers", None, mzxid=2**63) + "]")
+    with pytest.raises(DumpFormatError, match="'mzxid' must be an integer"):
+        SnapshotStore(dump)
+
+
+def ledger_dump(path, ledgers):
+    """A dump of ``ledgers`` ledgers (same metadata bytes each), one znode per line."""
+    data = (CORPUS / "zk-dump.json").read_text()
+    metadata = base64.b64decode(next(e for e in json.loads(data) if e["path"] == "/ledgers/00/0000/L0046")["data_b64"])
+
+    def nodes():
+        yield ZNode("/ledgers", b"", False, 1, 0, None)
+        yield ZNode("/ledgers/LAYOUT", layout_bytes(LedgerManager.HIERARCHICAL), False, 2, 0, None)
+        for ledger_id in range(ledgers):
+            leaf = ledger_path(LedgerManager.HIERARCHICAL, "/ledgers", ledger_id)
+            if ledger_id % 10000 == 0:
+                yield ZNode(leaf.rsplit("/", 1)[0], b"", False, 3, 0, None)
+                if ledger_id == 0:
+                    yield ZNode("/ledgers/00", b"", False, 3, 0, None)
+            yield ZNode(leaf, metadata, False, 4 + ledger_id, 0, None)
+
+    with open(path, "w") as out:
+        write_dump_nodes(nodes(), out)
+
+
+def test_the_store_holds_no_znode_in_python_memory(tmp_path):
+    dump = tmp_path / "dump.json"
+    ledger_dump(dump, 30000)
+    tracemalloc.start()
+    try:
+        store = SnapshotStore(dump)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    with store:
+        assert held < 1 << 20, held  # a dict of 30,000 znodes alone would take over 10 MB
+        assert peak < 12 << 20, peak  # one read chunk and a few copies of it, not the decoded list
+        assert sum(1 for _ in store.ledger_ids()) == 30000
+        assert store.ledger(29999).segments == store.ledger(0).segments
+
+
+def test_the_store_answers_after_its_dump_is_gone_and_close_removes_its_file(tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    dump = tmp_path / "dump.json"
+    dump.write_bytes(LIVE_DUMP.read_bytes())
+    store = SnapshotStore(dump)
+    expected = store.ledger(46)
+    dump.unlink()
+    assert store.ledger(46) == expected and len(list(store.ledger_ids())) == 49
+    assert len(os.listdir(scratch)) == 1
+    store.close()
+    assert os.listdir(scratch) == []
+    assert store.node("/ledgers") is None and store.children("/ledgers") == []
+    assert store.root == "/ledgers"
+
+
+def test_threads_read_at_once(tmp_path):
+    dump = tmp_path / "dump.json"
+    ledger_dump(dump, 2000)
+    with SnapshotStore(dump) as store:
+        expected = store.ledger(0).segments
+        results = []
+
+        def read_all(offset):
+            ids = [(offset + i) % 2000 for i in range(2000)]
+            results.append(all(store.ledger(i).ledger_id == i and store.ledger(i).segments == expected for i in ids))
+
+        threads = [threading.Thread(target=read_all, args=(n * 500,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert results == [True] * 4
+
+
+def test_a_forked_process_reads_the_store_and_its_exit_leaves_the_parents_file(tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with SnapshotStore(LIVE_DUMP) as store:
+        expected = store.ledger(46)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                same = store.ledger(46) == expected and len(list(store.ledger_ids())) == 49
+                os.write(write_end, b"1" if same else b"0")
+                store.close()
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        answer = os.read(read_end, 1)
+        os.close(read_end)
+        os.waitpid(pid, 0)
+        assert answer == b"1"
+        assert len(os.listdir(scratch)) == 1 and store.ledger(46) == expected
+    assert os.listdir(scratch) == []
