@@ -24,7 +24,7 @@ from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entry import DigestVerifier
 from scanner.storage.indexfile import IndexFileError
 from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog, WrongEntry
-from scanner.report import ScanReport
+from scanner.report import ScanReport, storage_problems
 
 log = logging.getLogger(__name__)
 
@@ -375,6 +375,7 @@ def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str
         report.findings.extend(scanner.orphan_findings())
         if progress:
             progress.finish()
+        report.findings.extend(storage_problems(storage.unreadable_indexes, scanner.undecodable))
         return _with_totals(report, scanner.totals)
 
 
@@ -387,6 +388,7 @@ def _full_pass(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
     with BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(storage.layout, scratch),
                     pacer) as full:
         report.findings.extend(full.run(progress))
+        report.findings.extend(storage_problems(storage.unreadable_indexes, full.undecodable))
         return _with_totals(report, full.totals)
 
 
@@ -434,7 +436,9 @@ def _dir_pass(layout, bookie_id: str, metadata_uri: str, rate, scratch, dir_inde
     with open_metadata(metadata_uri) as store, open_bookie(layout, scratch) as storage, \
             BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(layout, scratch),
                        RatePacer(bytes_per_second=rate), dir_index=dir_index) as full:
-        findings = full.run()
+        own_index = str(layout.index_current_dirs[dir_index])
+        findings = full.run() + storage_problems({d: why for d, why in storage.unreadable_indexes.items()
+                                                  if d == own_index}, full.undecodable)
         return findings, ScanTotals(full.totals.ledgers_checked, full.totals.entry_logs_scanned,
                                     full.totals.entries_verified, full.totals.bytes_scanned)
 

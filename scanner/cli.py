@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 # Each module defines ``register(subparsers)``, which adds its parser and sets ``func`` (args -> exit code).
 # Modules import their heavy dependencies (kazoo, pyspark, rocksdict) inside ``func``, so --help stays fast.
@@ -24,14 +25,35 @@ COMMAND_MODULES = (
 )
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # as a shell reports SIGINT
 
 
 class UsageError(Exception):
     """A problem the operator fixes on the command line or in a config file (exit status 2)."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a command-line mistake is one line on stderr (exit status 2), not usage plus error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked (it costs an import)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from scanner.envelope import tool_version
+
+        print(f"{parser.prog} {tool_version()}")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="bookie-scanner",
         description=(
             "Read-only data-integrity scanner for Apache BookKeeper bookies. It walks a bookie's "
@@ -39,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
             "and reports (optionally marks for re-replication) what is missing or corrupt."
         ),
     )
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Python tracebacks of unexpected errors and Spark's own logs on stderr")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"scanner.commands.{name}").register(subparsers)
@@ -47,14 +72,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a command-line mistake already told in one line
+        return done.code
     try:
         return args.func(args)
     except UsageError as exc:
-        print(f"bookie-scanner {args.command}: {exc}", file=sys.stderr)
+        print(f"bookie-scanner {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print(f"bookie-scanner {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug or an unforeseen condition: one line, the traceback only on request
+        if args.verbose:
+            raise
+        print(f"bookie-scanner {args.command}: unexpected {type(exc).__name__}: {_one_line(str(exc))} "
+              "(run with --verbose for the traceback)", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _one_line(message: str) -> str:
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return lines[0] if lines else "(no detail)"
 
 
 if __name__ == "__main__":

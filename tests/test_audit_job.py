@@ -26,8 +26,26 @@ def audit(capsys, *args):
     return status, json.loads(captured.out)
 
 
+def entry_ids(groups):
+    """The entries a violation's JSON sequence groups stand for."""
+    return {start + offset for g in groups
+            for start in range(g["first_sequence_start"], g["last_sequence_start"] + 1, g["sequence_period"] or 1)
+            for offset in range(g["sequence_size"])}
+
+
+def runs(groups):
+    ids = sorted(entry_ids(groups))
+    out = []
+    for e in ids:
+        if out and out[-1][1] == e - 1:
+            out[-1][1] = e
+        else:
+            out.append([e, e])
+    return out
+
+
 def categories(report):
-    return [(v["category"], v["ledger_id"], v["entries"]) for v in report["violations"]]
+    return [(v["category"], v["ledger_id"], runs(v["entries"])) for v in report["violations"]]
 
 
 def assert_corpus_truth(status, report):
@@ -112,16 +130,21 @@ def test_every_damaged_copy_is_an_under_replicated_entry(spark, damaged_exports,
     by_category = {}
     for v in report["violations"]:
         by_category.setdefault(v["category"], []).append(v)
-    assert [(v["ledger_id"], v["entries"]) for v in by_category.pop("orphan_ledger")] == [
+    assert [(v["ledger_id"], runs(v["entries"])) for v in by_category.pop("orphan_ledger")] == [
         (ledger_id, entries) for _, ledger_id, entries in ORPHANS]
     under = by_category.pop("under_replicated_entry")
     assert by_category == {}
     with SnapshotStore(DUMP) as store:
-        reported = {(v["ledger_id"], e, b) for v in under for first, last in v["entries"]
-                    for e in range(first, last + 1) for b in v["bookies"] if _striped(store, v["ledger_id"], e, b)}
         expected = {(l, e, b) for l, e, b in _damaged_copy_entries() if _striped(store, l, e, b)}
+        # a violation names the bookies some of its entries lack: which bookie, the write set says
+        reported = {(v["ledger_id"], e, b) for v in under for e in entry_ids(v["entries"]) for b in v["bookies"]
+                    if _striped(store, v["ledger_id"], e, b)}
     assert len(expected) > 300 and (5, 0, "127.0.0.1:3181") in expected and (123456789, 8, "127.0.0.1:3181") in expected
     assert reported == expected | {(46, 45, BOOKIE3)}
+    # the entries are exact: their union is the damaged entries, no entry in between
+    listed = [(v["ledger_id"], e) for v in under for e in entry_ids(v["entries"])]
+    assert len(listed) == len(set(listed)) == sum(v["entry_count"] for v in under)
+    assert set(listed) == {(l, e) for l, e, _ in expected} | {(46, 45)}
     assert any("damaged copies on" in v["detail"] for v in under)
 
 
@@ -187,7 +210,7 @@ def test_missing_exports_and_missing_java_exit_2(spark, tmp_path, capsys, monkey
     assert main(["audit", "--exports", str(tmp_path / "empty"), "--metadata", f"file:{DUMP}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("bookie-scanner audit: ") for line in err), err
-    assert "cannot read exports" in err[0] and "no bookie exports" in err[1] and "Java" in err[2]
+    assert "nowhere: no such directory" in err[0] and "no bookie exports" in err[1] and "Java" in err[2]
 
 
 class LedgerDeletedDuringTheAudit(SnapshotStore):

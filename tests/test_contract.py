@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scanner.audit.availability import merge_runs
+from scanner.audit.availability import SequenceGroup, merge_runs
 from scanner.audit.contract import (
     Category,
     ledger_violations,
@@ -37,6 +37,17 @@ def of(violations, category):
     return [violation for violation in violations if violation.category is category]
 
 
+def ids(violation):
+    """The entries a violation's sequence groups stand for (small cases only)."""
+    return [start + offset for g in violation.entries
+            for start in range(g.first_sequence_start, g.last_sequence_start + 1, g.sequence_period or 1)
+            for offset in range(g.sequence_size)]
+
+
+def runs_of(violation):
+    return merge_runs((e, e) for e in ids(violation))
+
+
 # --- the real corpus -----------------------------------------------------------------------------
 
 def corpus_case(record):
@@ -59,7 +70,7 @@ def test_corpus_ledger_46_lacks_exactly_entry_45_on_the_stopped_bookie():
     assert len(violations) == 1
     (violation,) = violations
     assert violation.category is Category.UNDER_REPLICATED_ENTRY
-    assert violation.entries == ((45, 45),)
+    assert runs_of(violation) == ((45, 45),)
     assert violation.copies == 2
     assert violation.bookies == ("127.0.0.1:3183",)
     assert violation.detail.startswith("1 under-replicated entries (write quorum 3, fewest good copies 2)")
@@ -87,7 +98,7 @@ def test_open_ledger_is_not_judged_on_its_last_fragment():
         listings = {A: good((0, 2), (4, 14), (16, 20)), B: good((0, 20)), C: good((0, 9)), D: good((10, 20))}
         (violation,) = ledger_violations(7, metadata, listings)
         assert violation.category is Category.UNDER_REPLICATED_ENTRY
-        assert (violation.entries, violation.bookies, violation.copies) == (((3, 3),), (A,), 2)
+        assert (runs_of(violation), violation.bookies, violation.copies) == (((3, 3),), (A,), 2)
 
 
 def test_open_ledger_with_one_fragment_has_nothing_to_judge():
@@ -115,23 +126,34 @@ def test_ensemble_change_judges_each_fragment_on_its_own_ensemble():
     violations = ledger_violations(7, metadata, listings)
     (under,) = of(violations, Category.UNDER_REPLICATED_ENTRY)
     # D's write-set entries in 25..27 are 25 (e = 1 mod 3 -> {1, 2}) and 26 ({2, 0}); 27 is {0, 1}
-    assert (under.entries, under.bookies, under.copies) == (((25, 26),), (D,), 1)
+    assert (runs_of(under), under.bookies, under.copies) == (((25, 26),), (D,), 1)
     assert under.detail.startswith("2 under-replicated entries")
     (extra,) = of(violations, Category.EXTRA_COPY)
-    assert (extra.entries, extra.bookies) == (((20, 23),), (C,))
+    assert (runs_of(extra), extra.bookies) == (((20, 23),), (C,))
     assert extra.detail == "4 entries held outside the bookie's write sets"
 
 
-def test_a_gap_of_a_million_entries_is_one_range():
+def test_a_gap_of_a_million_entries_is_a_few_exact_groups():
     metadata = ledger([(0, [A, B, C])], size=3, quorum=2, last=2_000_000)
     listings = {A: good((0, 9), (1_000_010, 2_000_000)), B: good((0, 2_000_000)), C: good((0, 2_000_000))}
     violations = ledger_violations(7, metadata, listings)
     # A (index 0) is owed entries = 0 or 2 (mod 3); every bookie also holds entries that are not its own
     (under,) = of(violations, Category.UNDER_REPLICATED_ENTRY)
-    assert (under.entries, under.bookies, under.copies) == (((11, 1_000_008),), (A,), 1)
+    assert (under.bookies, under.copies) == ((A,), 1)
+    assert under.entries == (SequenceGroup(11, 1_000_007, 2, 3),)  # exactly 11-12, 14-15, ..., 1_000_007-1_000_008
     expected = sum(1 for e in range(11, 1_000_009) if e % 3 != 1)
     assert under.detail.startswith(f"{expected} under-replicated entries")
     assert {v.bookies for v in of(violations, Category.EXTRA_COPY)} == {(A,), (B,), (C,)}
+
+
+def test_a_lost_bookie_is_reported_entry_by_entry_not_as_a_bounding_range():
+    # ensemble 4, write quorum 2: D (index 3) is owed e = 2 or 3 (mod 4), 58 of the entries 2..115
+    metadata = ledger([(0, [A, B, C, D])], size=4, quorum=2, last=115)
+    listings = {bookie: good((0, 115)) for bookie in (A, B, C)}
+    (under,) = of(ledger_violations(7, metadata, listings), Category.UNDER_REPLICATED_ENTRY)
+    assert (under.entries, under.bookies) == ((SequenceGroup(2, 114, 2, 4),), (D,))
+    assert ids(under) == [e for e in range(116) if e % 4 in (2, 3)] and len(ids(under)) == 58
+    assert under.detail.startswith("58 under-replicated entries")
 
 
 def test_a_gap_of_a_quadrillion_entries_costs_no_more_than_a_short_one():
@@ -139,7 +161,7 @@ def test_a_gap_of_a_quadrillion_entries_costs_no_more_than_a_short_one():
     metadata = ledger([(0, [A, B, C])], size=3, quorum=2, last=last)
     listings = {A: good((0, 9), (last - 5, last)), B: good((0, last)), C: good((0, last))}
     (under,) = of(ledger_violations(7, metadata, listings), Category.UNDER_REPLICATED_ENTRY)
-    assert under.entries == ((11, last - 7),)
+    assert under.entries == (SequenceGroup(11, last - 8, 2, 3),)
     span = last - 7 - 11 + 1
     assert under.detail.startswith(f"{span - span // 3} under-replicated entries")
 
@@ -148,7 +170,7 @@ def test_overlapping_gaps_on_two_bookies_split_by_copies():
     metadata = ledger([(0, [A, B, C])], size=3, quorum=3, last=99)
     listings = {A: good((0, 9), (30, 99)), B: good((0, 19), (40, 99)), C: good((0, 99))}
     violations = ledger_violations(7, metadata, listings)
-    assert [(v.entries, v.bookies, v.copies) for v in violations] == [
+    assert [(runs_of(v), v.bookies, v.copies) for v in violations] == [
         (((10, 19),), (A,), 2),
         (((20, 29),), (A, B), 1),
         (((30, 39),), (B,), 2),
@@ -158,9 +180,9 @@ def test_overlapping_gaps_on_two_bookies_split_by_copies():
 def test_entries_with_no_copy_left():
     metadata = ledger([(0, [A, B])], size=2, quorum=2, last=4)
     (violation,) = ledger_violations(7, metadata, {A: good((0, 4))})
-    assert (violation.entries, violation.bookies, violation.copies) == (((0, 4),), (B,), 1)
+    assert (runs_of(violation), violation.bookies, violation.copies) == (((0, 4),), (B,), 1)
     (violation,) = ledger_violations(7, metadata, {})
-    assert (violation.entries, violation.bookies, violation.copies) == (((0, 4),), (A, B), 0)
+    assert (runs_of(violation), violation.bookies, violation.copies) == (((0, 4),), (A, B), 0)
 
 
 def test_a_damaged_copy_is_not_a_good_copy():
@@ -168,11 +190,11 @@ def test_a_damaged_copy_is_not_a_good_copy():
     listings = {A: ((((0, 9),)), ((4, 5),)), B: good((0, 9)), C: good((0, 9))}
     violations = ledger_violations(7, metadata, listings)
     (violation,) = violations
-    assert (violation.entries, violation.bookies, violation.copies) == (((4, 5),), (A,), 2)
+    assert (runs_of(violation), violation.bookies, violation.copies) == (((4, 5),), (A,), 2)
     assert violation.detail.endswith("; damaged copies on bk-a:3181")
     # a damaged copy on a bookie outside the write set is still an extra copy
     (extra,) = ledger_violations(7, metadata, {**listings, X: ((), ((3, 3),))})[1:]
-    assert (extra.category, extra.entries, extra.bookies) == (Category.EXTRA_COPY, ((3, 3),), (X,))
+    assert (extra.category, runs_of(extra), extra.bookies) == (Category.EXTRA_COPY, ((3, 3),), (X,))
 
 
 # --- extra copies --------------------------------------------------------------------------------
@@ -182,9 +204,9 @@ def test_extra_copies_inside_and_outside_the_ensemble():
     listings = {A: good((0, 8)), B: good(*((e, e) for e in range(9) if (1 - e) % 3 < 2)),
                 C: good(*((e, e) for e in range(9) if (2 - e) % 3 < 2)), X: good((2, 4), (7, 20))}
     violations = ledger_violations(7, metadata, listings)
-    assert [(v.category, v.entries, v.bookies) for v in violations] == [
+    assert [(v.category, runs_of(v), v.bookies) for v in violations] == [
         # A (index 0) is owed 0, 2, 3, 5, 6, 8; it also holds 1, 4, 7
-        (Category.EXTRA_COPY, ((1, 7),), (A,)),
+        (Category.EXTRA_COPY, ((1, 1), (4, 4), (7, 7)), (A,)),
         (Category.EXTRA_COPY, ((2, 4), (7, 8)), (X,)),
     ]
     assert violations[0].detail == "3 entries held outside the bookie's write sets"
@@ -197,7 +219,7 @@ def test_orphan_ledger_lists_everything_held():
     listings = {A: good((0, 4)), B: ((), ((3, 9),)), C: good()}
     (violation,) = ledger_violations(9, None, listings)
     assert (violation.category, violation.ledger_id) == (Category.ORPHAN_LEDGER, 9)
-    assert (violation.entries, violation.bookies) == (((0, 9),), (A, B))
+    assert (runs_of(violation), violation.bookies) == (((0, 9),), (A, B))
     assert violation.detail == "2 bookies hold 10 entries of a ledger the metadata does not have"
     assert ledger_violations(9, None, {C: good()}) == []
 
@@ -295,23 +317,20 @@ def test_oracle_under_replicated_and_extra_copies_entry_by_entry():
         reported, reported_extra = {}, set()
         for violation in of(violations, Category.UNDER_REPLICATED_ENTRY):
             copies = []
-            for first, last in violation.entries:
-                hits = {e: write_set(e) & set(violation.bookies) for e in range(first, last + 1)}
-                assert hits[first] and hits[last], "ranges are trimmed to under-replicated entries"
-                for e, hit in hits.items():
-                    if hit:
-                        assert e not in reported
-                        reported[e] = hit
-                        copies.append(metadata.write_quorum - len(hit))
+            for e in ids(violation):
+                hit = write_set(e) & set(violation.bookies)
+                assert hit, "exactly the under-replicated entries, none in between"
+                assert e not in reported
+                reported[e] = hit
+                copies.append(metadata.write_quorum - len(hit))
             assert min(copies) == violation.copies
             if len(violation.bookies) == 1 or metadata.write_quorum == metadata.ensemble_size:
                 assert set(copies) == {violation.copies}
         for violation in of(violations, Category.EXTRA_COPY):
             (bookie,) = violation.bookies
-            for first, last in violation.entries:
-                assert all(e in held[bookie] for e in range(first, last + 1))
-                outside = [e for e in range(first, last + 1) if bookie not in write_set(e)]
-                assert outside[0] == first and outside[-1] == last
-                reported_extra.update((e, bookie) for e in outside)
+            for e in ids(violation):
+                assert e in held[bookie] and bookie not in write_set(e), "exactly the extra copies"
+                assert (e, bookie) not in reported_extra
+                reported_extra.add((e, bookie))
         assert reported == lacking
         assert reported_extra == extra

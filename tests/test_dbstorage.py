@@ -220,13 +220,17 @@ def test_malformed_records_are_typed_errors_naming_the_db(tmp_path, ledgers, loc
     assert str(current) in str(error.value)
 
 
-def test_db_storage_closes_what_it_opened_when_a_dir_fails(two_dirs, tmp_path):
+def test_an_index_that_does_not_open_is_damage_of_its_dir_only(two_dirs, tmp_path):
     broken = BookieLayout(two_dirs.bookie_id, "db", two_dirs.ledger_dirs + (tmp_path / "l2",),
                           two_dirs.index_dirs + (tmp_path / "i2",), False, {})
     work = tmp_path / "work"
     work.mkdir()
-    with pytest.raises(DbOpenError):
-        DbStorage(broken, work)
+    with DbStorage(broken, work) as storage:
+        assert list(storage.unreadable_indexes) == [str(tmp_path / "i2" / "current")]
+        assert "expected a RocksDB directory" in storage.unreadable_indexes[str(tmp_path / "i2" / "current")]
+        with pytest.raises(DbOpenError):
+            storage.ledger_index(2)  # ledger 2 lives in dir 2 of 3
+        assert list(storage.locations(2)) == []
     assert os.listdir(work) == []
 
 

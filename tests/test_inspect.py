@@ -9,7 +9,7 @@ DUMP = f"file:{CORPUS / 'zk-dump.json'}"
 
 
 def run_json(capsys, *args):
-    status = main(["inspect", *args, "--json"])
+    status = main(["inspect", *args, "--format", "json"])
     return status, json.loads(capsys.readouterr().out)
 
 

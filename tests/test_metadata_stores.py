@@ -298,7 +298,7 @@ def test_show_command(capsys):
     assert "scenario = ensemble-change" in text and "digest: CRC32" in text
     assert "ensemble-change-pw" not in text and "master key: " in text
 
-    assert main(["metadata", "show", "--metadata", f"file:{DUMP}", "--ledger", "48", "--json", "--show-password"]) == 0
+    assert main(["metadata", "show", "--metadata", f"file:{DUMP}", "--ledger", "48", "--format", "json", "--show-password"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert (shown["state"], shown["digest_type"], shown["write_quorum"]) == ("OPEN", "HMAC", 2)
     assert shown["password"] == "open-pw-6d9e8392bb48af49"

@@ -105,7 +105,7 @@ def test_marks_command_lists_like_listunderreplicated(capsys, zookeeper, zk_clie
     root = f"{chroot}/ledgers"
     UnderreplicationMarks(zk_client, root, clock=lambda: 1_000_000.0).mark_many([5, 4294967311], ["a:1"])
     UnderreplicationMarks(zk_client, root).mark(5, ["b:2"])
-    status, listing = run_json(capsys, ["marks", "--metadata", f"zk://{zookeeper.connect_string}{root}", "--json"])
+    status, listing = run_json(capsys, ["marks", "--metadata", f"zk://{zookeeper.connect_string}{root}", "--format", "json"])
     assert status == 0 and listing["replication_enabled"] is True and listing["count"] == 2
     first, second = listing["ledgers"]
     assert (first["ledger_id"], first["replicas"], first["lock_holder"]) == (5, ["a:1", "b:2"], None)

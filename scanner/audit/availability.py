@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 HEADER_SIZE = 64
@@ -286,3 +286,73 @@ def gaps_in(runs: Sequence[Run], first: int, last: int) -> tuple[Run, ...]:
     if clipped[-1][1] < last:
         gaps.append((clipped[-1][1] + 1, last))
     return tuple(gaps)
+
+
+def run_group(first: int, last: int) -> SequenceGroup:
+    """The one-sequence group of the entries first..last."""
+    return SequenceGroup(first, first, last - first + 1, 0)
+
+
+def periodic_groups(first: int, last: int, period: int, member: Callable[[int], bool]) -> tuple[SequenceGroup, ...]:
+    """Exactly the entries of [first, last] that ``member`` accepts, as groups ascending by first entry.
+
+    ``member`` must depend on the entry id modulo ``period`` only (a bookie's write sets do). The cost
+    grows with ``period``, never with ``last - first``: the whole periods in the middle become one group
+    per run of members within a period; the partial periods at both ends are listed entry by entry.
+    """
+    if first > last:
+        return ()
+    outside = next((offset for offset in range(period) if not member(offset)), None)
+    if outside is None:
+        return (run_group(first, last),)
+    # windows of one period that start at a non-member: no run of members crosses a window's edge
+    window_start = first + (outside - first) % period
+    windows = max(0, (last + 1 - window_start) // period)
+    groups = list(_listed_groups(first, min(window_start, last + 1) - 1, member))
+    if windows:
+        for run_first, run_last in _member_runs(window_start, window_start + period - 1, member):
+            groups.append(SequenceGroup(run_first, run_first + (windows - 1) * period, run_last - run_first + 1,
+                                        period if windows > 1 else 0))
+    groups += _listed_groups(window_start + windows * period, last, member)
+    return tuple(_absorb_ends(sorted(groups, key=_group_start), period))
+
+
+def _absorb_ends(groups: list[SequenceGroup], period: int) -> list[SequenceGroup]:
+    """Fold a listed run into the repeated group it continues (one period before its first or after its last)."""
+    singles = {(g.first_sequence_start, g.sequence_size): g for g in groups if g.sequence_period == 0}
+    absorbed = set()
+    result = []
+    for group in groups:
+        if group.sequence_period == 0:
+            continue
+        first, last = group.first_sequence_start, group.last_sequence_start
+        before = singles.get((first - period, group.sequence_size))
+        if before is not None:
+            first, absorbed = first - period, absorbed | {before}
+        after = singles.get((last + period, group.sequence_size))
+        if after is not None:
+            last, absorbed = last + period, absorbed | {after}
+        result.append(SequenceGroup(first, last, group.sequence_size, period))
+    result += [g for g in groups if g.sequence_period == 0 and g not in absorbed]
+    return sorted(result, key=_group_start)
+
+
+def _member_runs(first: int, last: int, member: Callable[[int], bool]) -> Iterator[Run]:
+    start = None
+    for entry_id in range(first, last + 1):
+        if member(entry_id) and start is None:
+            start = entry_id
+        elif not member(entry_id) and start is not None:
+            yield start, entry_id - 1
+            start = None
+    if start is not None:
+        yield start, last
+
+
+def _listed_groups(first: int, last: int, member: Callable[[int], bool]) -> Iterator[SequenceGroup]:
+    for run_first, run_last in _member_runs(first, last, member):
+        yield run_group(run_first, run_last)
+
+
+def groups_entry_count(groups: Iterable[SequenceGroup]) -> int:
+    return sum(group.entry_count for group in groups)

@@ -1,7 +1,9 @@
 """BP-34's durability contract, judged for one ledger from its metadata and every bookie's listing.
 
 Pure functions: no I/O, no Spark. Work grows with runs and fragments, never with entries: the
-entries a bookie lacks are found by walking the gaps between its good runs, and reported as ranges.
+entries a bookie lacks are found by walking the gaps between its good runs, and reported exactly, as
+sequence groups (BP-34's form: a run of entries repeated every ensemble-size entries), so a consumer
+that expands them gets the entries in question and no others.
 
 Write sets follow round-robin striping: in a fragment with ensemble size E and write quorum Wq,
 the bookie at ensemble index b must hold entry e iff ``(b - e) mod E < Wq``.
@@ -10,11 +12,12 @@ the bookie at ensemble index b must hold entry e iff ``(b - e) mod E < Wq``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from scanner.audit.availability import Run, clip_runs, gaps_in, merge_runs, subtract_runs
+from scanner.audit.availability import (Run, SequenceGroup, clip_runs, gaps_in, groups_entry_count, merge_runs,
+                                        periodic_groups, run_group, subtract_runs)
 from scanner.metadata.ledger import Fragment, LedgerMetadata
 
 DEFAULT_MIN_RACKS = 2  # BookKeeper's default minNumRacksPerWriteQuorum
@@ -45,7 +48,7 @@ class Violation:
 
     category: Category
     ledger_id: int
-    entries: tuple[Run, ...] | None
+    entries: tuple[SequenceGroup, ...] | None  # exactly the entries in question, ascending by first entry
     bookies: tuple[str, ...]
     detail: str
     copies: int | None = None
@@ -147,26 +150,29 @@ def _orphan(ledger_id: int, listings: Mapping[str, Listing]) -> list[Violation]:
     holders = tuple(sorted(bookie for bookie, (good, bad) in listings.items() if good or bad))
     if not holders:
         return []
-    entries = merge_runs(run for good, bad in listings.values() for run in (*good, *bad))
-    count = sum(last - first + 1 for first, last in entries)
-    return [Violation(Category.ORPHAN_LEDGER, ledger_id, entries, holders,
+    runs = merge_runs(run for good, bad in listings.values() for run in (*good, *bad))
+    count = sum(last - first + 1 for first, last in runs)
+    return [Violation(Category.ORPHAN_LEDGER, ledger_id, tuple(run_group(first, last) for first, last in runs), holders,
                       f"{len(holders)} bookies hold {count} entries of a ledger the metadata does not have")]
 
 
 @dataclass(slots=True)
 class _Finding:
-    """Ranges gathered for one violation, with the number of entries they stand for."""
+    """The entries gathered for one violation, as exact sequence groups."""
 
-    ranges: list[Run] = field(default_factory=list)
-    count: int = 0
+    groups: list[SequenceGroup] = field(default_factory=list)
     damaged: set[str] = field(default_factory=set)
 
-    def add(self, first: int, last: int, count: int) -> None:
-        if self.ranges and self.ranges[-1][1] + 1 == first:
-            self.ranges[-1] = (self.ranges[-1][0], last)
-        else:
-            self.ranges.append((first, last))
-        self.count += count
+    def add(self, groups: Iterable[SequenceGroup]) -> None:
+        self.groups.extend(groups)
+
+    @property
+    def entries(self) -> tuple[SequenceGroup, ...]:
+        return tuple(sorted(self.groups, key=lambda group: group.first_sequence_start))
+
+    @property
+    def count(self) -> int:
+        return groups_entry_count(self.groups)
 
 
 def _under_replicated(
@@ -178,7 +184,8 @@ def _under_replicated(
         for first, last, lacking, copies in _lacking_pieces(fragment, good):
             names = tuple(sorted({fragment.bookies[index] for index in lacking}))
             finding = findings.setdefault((names, copies), _Finding())
-            finding.add(first, last, _striped_count(fragment, lacking, first, last))
+            finding.add(periodic_groups(first, last, fragment.ensemble_size,
+                                        lambda entry: any(fragment.holds(index, entry) for index in lacking)))
             for index in lacking:
                 bookie = fragment.bookies[index]
                 if _holds_striped(fragment, index, clip_runs(damaged.get(bookie, ()), first, last)):
@@ -189,9 +196,9 @@ def _under_replicated(
                   f"fewest good copies {copies}); no good copy on {', '.join(names)}")
         if finding.damaged:
             detail += f"; damaged copies on {', '.join(sorted(finding.damaged))}"
-        violations.append(Violation(Category.UNDER_REPLICATED_ENTRY, metadata.ledger_id, tuple(finding.ranges),
+        violations.append(Violation(Category.UNDER_REPLICATED_ENTRY, metadata.ledger_id, finding.entries,
                                     names, detail, copies))
-    violations.sort(key=lambda violation: violation.entries[0])
+    violations.sort(key=lambda violation: violation.entries[0].first_sequence_start)
     return violations
 
 
@@ -257,16 +264,14 @@ def _extra_copies(ledger_id: int, fragments: Sequence[Fragment], held: Mapping[s
                 continue
             for first, last in clip_runs(runs, fragment.first_entry_id, fragment.last_entry_id):
                 if index is None:
-                    count = last - first + 1
+                    groups = (run_group(first, last),)
                 else:
-                    first = _first_unstriped(index, first, size, quorum)
-                    if first > last:
-                        continue
-                    last = _last_unstriped(index, last, size, quorum)
-                    count = last - first + 1 - _striped_count(fragment, (index,), first, last)
-                findings.setdefault(bookie, _Finding()).add(first, last, count)
+                    groups = periodic_groups(first, last, size,
+                                             lambda entry, index=index: not fragment.holds(index, entry))
+                if groups:
+                    findings.setdefault(bookie, _Finding()).add(groups)
     return [
-        Violation(Category.EXTRA_COPY, ledger_id, tuple(finding.ranges), (bookie,),
+        Violation(Category.EXTRA_COPY, ledger_id, finding.entries, (bookie,),
                   f"{finding.count} entries held outside the bookie's write sets")
         for bookie, finding in sorted(findings.items())
     ]
@@ -282,30 +287,6 @@ def _last_striped(index: int, entry_id: int, size: int, quorum: int) -> int:
     """The largest entry <= entry_id whose write set includes ``index``."""
     distance = (index - entry_id) % size
     return entry_id if distance < quorum else entry_id - (size - distance)
-
-
-def _first_unstriped(index: int, entry_id: int, size: int, quorum: int) -> int:
-    """The smallest entry >= entry_id whose write set leaves ``index`` out (needs quorum < size)."""
-    distance = (index - entry_id) % size
-    return entry_id if distance >= quorum else entry_id + distance + 1
-
-
-def _last_unstriped(index: int, entry_id: int, size: int, quorum: int) -> int:
-    """The largest entry <= entry_id whose write set leaves ``index`` out (needs quorum < size)."""
-    distance = (index - entry_id) % size
-    return entry_id if distance >= quorum else entry_id - (quorum - distance)
-
-
-def _striped_count(fragment: Fragment, indexes: Collection[int], first: int, last: int) -> int:
-    """How many entries in [first, last] have a write set including any of ``indexes``."""
-    size = fragment.ensemble_size
-    periods, rest = divmod(last - first + 1, size)
-
-    def striped(entry: int) -> bool:
-        return any(fragment.holds(index, entry) for index in indexes)
-
-    per_period = sum(map(striped, range(first, first + size))) if periods else 0
-    return periods * per_period + sum(map(striped, range(last - rest + 1, last + 1)))
 
 
 def _holds_striped(fragment: Fragment, index: int, runs: Sequence[Run]) -> bool:

@@ -31,6 +31,7 @@ from scanner.repair.marks import DamagedMark, decode_mark, underreplication_path
 METADATA_BATCH = 10_000  # ledger znodes read (pipelined) and handed to Spark at a time
 DEFAULT_MAX_UNDER_REPLICATED_MS = 24 * 3600 * 1000
 _MARK_LEAF = re.compile(r"urL(\d+)")
+EXPORT_PARTITION = "bookie_id="  # the directories `bookie-scanner export` writes a bookie's rows into
 
 
 class AuditInputError(Exception):
@@ -128,11 +129,41 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
 
 
 def _read_exports(spark, exports_path: str):
+    """Every bookie's listing under ``exports_path``: in ``bookie_id=<id>/`` partitions of that directory
+    (every bookie exporting into one directory), or of its subdirectories (one per bookie)."""
     try:
-        return spark.read.schema(export_schema()).parquet(exports_path)
-    except Exception as exc:  # AnalysisException (no such path) arrives through py4j
+        frames = [spark.read.schema(export_schema()).option("basePath", directory).parquet(directory)
+                  for directory in export_dirs(spark, exports_path)]
+    except AuditInputError:
+        raise
+    except Exception as exc:  # AnalysisException and Hadoop's IOExceptions arrive through py4j
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise AuditInputError(f"cannot read exports at {exports_path}: {first_line}") from None
+    return functools.reduce(lambda left, right: left.unionByName(right), frames)
+
+
+def export_dirs(spark, exports_path: str) -> list[str]:
+    """The directories under ``exports_path`` that hold ``bookie_id=<id>/`` partitions (any Hadoop filesystem)."""
+    hadoop_fs = spark._jvm.org.apache.hadoop.fs
+    root = hadoop_fs.Path(exports_path)
+    filesystem = root.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not filesystem.exists(root):
+        raise AuditInputError(f"{exports_path}: no such directory (expected the directory the bookies exported into)")
+
+    def subdirs(path):
+        return [status.getPath() for status in filesystem.listStatus(path)
+                if status.isDirectory() and not status.getPath().getName().startswith(("_", "."))]
+
+    def holds_partitions(path) -> bool:
+        return any(child.getName().startswith(EXPORT_PARTITION) for child in subdirs(path))
+
+    if holds_partitions(root):
+        return [exports_path]
+    per_bookie = [child.toString() for child in subdirs(root) if holds_partitions(child)]
+    if not per_bookie:
+        raise AuditInputError(f"{exports_path}: no bookie exports; expected {EXPORT_PARTITION}<id>/ directories "
+                              f"in it (every bookie exporting into it) or in its subdirectories (one per bookie)")
+    return sorted(per_bookie)
 
 
 def _metadata_schema():

@@ -10,7 +10,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from scanner.audit.availability import AvailabilityError, decode_runs
+from scanner.audit.availability import AvailabilityError, SequenceGroup, decode_runs
 from scanner.audit.contract import DEFAULT_MIN_RACKS, Category, Violation, ledger_violations, unavailable_bookies
 from scanner.metadata.ledger import MetadataFormatError, parse_ledger_metadata
 
@@ -84,7 +84,8 @@ def judge_ledger(ledger_id: int, node: LedgerNode | None, listings: Iterable[Boo
 
 def violation_row(violation: Violation) -> tuple:
     """A violation as a row of ``violation_schema``."""
-    entries = None if violation.entries is None else [tuple(run) for run in violation.entries]
+    entries = None if violation.entries is None else [
+        (g.first_sequence_start, g.last_sequence_start, g.sequence_size, g.sequence_period) for g in violation.entries]
     return (violation.category.value, violation.ledger_id, entries, list(violation.bookies), violation.detail,
             violation.copies)
 
@@ -92,7 +93,7 @@ def violation_row(violation: Violation) -> tuple:
 def violation_from_row(row: Sequence) -> Violation:
     category, ledger_id, entries, bookies, detail, copies = row
     return Violation(Category(category), ledger_id,
-                     None if entries is None else tuple((int(first), int(last)) for first, last in entries),
+                     None if entries is None else tuple(SequenceGroup(*map(int, group)) for group in entries),
                      tuple(bookies), detail, copies)
 
 
@@ -100,11 +101,14 @@ def violation_schema():
     """The Spark schema of the audit's violations (also its Parquet output)."""
     from pyspark.sql.types import (ArrayType, IntegerType, LongType, StringType, StructField, StructType)
 
-    run = StructType([StructField("first", LongType(), False), StructField("last", LongType(), False)])
+    group = StructType([StructField("first_sequence_start", LongType(), False),
+                        StructField("last_sequence_start", LongType(), False),
+                        StructField("sequence_size", LongType(), False),  # a run may exceed 2^31 entries
+                        StructField("sequence_period", LongType(), False)])
     return StructType([
         StructField("category", StringType(), False),
         StructField("ledger_id", LongType(), False),
-        StructField("entries", ArrayType(run, False), True),
+        StructField("entries", ArrayType(group, False), True),  # exact: sequence groups
         StructField("bookies", ArrayType(StringType(), False), False),
         StructField("detail", StringType(), False),
         StructField("copies", IntegerType(), True),

@@ -26,7 +26,8 @@ def mark_under_replicated(marks: UnderreplicationMarks, violations: Iterable[Vio
             continue
         for bookie in violation.bookies:
             known = plans[bookie].get(violation.ledger_id)
-            entries = (known.entries if known else ()) + violation.entries
+            entries = (known.entries if known else ()) + tuple(
+                (group.first_sequence_start, group.last_entry_id) for group in violation.entries)  # their span
             plans[bookie][violation.ledger_id] = LedgerPlan(
                 violation.ledger_id, Action.MARK, entries, (FindingCategory.MISSING_ENTRY,),
                 "the cluster audit found entries without a good copy on this bookie")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -44,15 +45,39 @@ def java_available() -> bool:
 
 
 @contextlib.contextmanager
-def running_spark(app_name: str, master: str | None = None) -> Iterator:
-    """``spark_session`` for the length of a command; stopped after it unless it was already running (a notebook, a test)."""
+def running_spark(app_name: str, master: str | None = None, log_path: Path | None = None) -> Iterator:
+    """``spark_session`` for the length of a command; stopped after it unless it was already running (a notebook, a test).
+
+    With ``log_path``, the JVM's own output (Spark's and Hadoop's logs, Java stack traces) goes to that
+    file instead of the terminal, and py4j's Python logging is silenced.
+    """
     was_running = _spark_running()
-    session = spark_session(app_name, master)
+    with _jvm_output_to(log_path):
+        session = spark_session(app_name, master)
     try:
         yield session
     finally:
         if not was_running:
             session.stop()
+
+
+@contextlib.contextmanager
+def _jvm_output_to(log_path: Path | None) -> Iterator[None]:
+    """While the JVM starts, point file descriptor 2 at ``log_path``: the JVM keeps it as its stderr."""
+    if log_path is None:
+        yield
+        return
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)  # its errors repeat, in Python, what the JVM logged
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(log_fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log_fd)
 
 
 def _spark_running() -> bool:

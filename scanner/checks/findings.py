@@ -15,7 +15,9 @@ class Category(str, enum.Enum):
     MISSING_LEDGER = "missing_ledger"  # BP-24 condition 1
     MISSING_ENTRY = "missing_entry"  # BP-24 condition 2
     DAMAGED_ENTRY_LOG = "damaged_entry_log"
+    UNREADABLE_INDEX = "unreadable_index"  # a ledger dir's index (DbLedgerStorage's RocksDB) does not open
     UNREPAIRED = "unrepaired"  # a mark was cleared but the damaged copy is still referenced
+    NOT_JUDGED = "not_judged"  # the ledger's metadata does not decode: nothing about it can be said
     ORPHAN_LEDGER = "orphan_ledger"  # informational: data of ledgers the metadata no longer has
 
     @property

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import re
-import sys
+import tempfile
 import time
 from pathlib import Path
 
 from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_metadata_option
+from scanner.commands.output import add_format_option
+from scanner.envelope import envelope, write_document
 
 DESCRIPTION = """\
 Judge every ledger of the cluster against what every bookie exported (`bookie-scanner export`):
@@ -45,7 +47,7 @@ def register(subparsers) -> None:
     parser.add_argument("--exports", metavar="DIR", required=True,
                         help="the directory every bookie exported into (local path, hdfs://..., s3a://...)")
     add_metadata_option(parser)
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="report format (default: text)")
+    add_format_option(parser)
     parser.add_argument("--output", metavar="DIR", help="also write the violations as Parquet to DIR (replaced)")
     parser.add_argument("--master", metavar="URL", help="Spark master (default: local[*], embedded)")
     placement = parser.add_argument_group("placement")
@@ -105,13 +107,14 @@ def run(args) -> int:
                            min_racks=args.min_racks or DEFAULT_MIN_RACKS,
                            max_under_replicated_ms=parse_duration_ms(args.max_under_replicated_age))
     store = metadata_store(args)
+    spark_log = None if args.verbose else spark_log_path()
     try:
         marks = None
         if args.mark:
             from scanner.repair.after_scan import marks_for
 
             marks = marks_for(store)  # a usage error before the job, not after
-        with running_spark("bookie-scanner audit", args.master) as spark:
+        with running_spark("bookie-scanner audit", args.master, log_path=spark_log) as spark:
             result = run_audit(spark, store, args.exports, options, now_ms=int(time.time() * 1000))
             try:
                 if args.output:
@@ -122,15 +125,33 @@ def run(args) -> int:
 
                     repair = mark_under_replicated(marks, result.sorted_violations(), args.marks_per_second or None)
                 _report(result, repair, args.format)
-                return 1 if any(result.counts.values()) else 0
+                status = 1 if any(result.counts.values()) else 0
             finally:
                 result.close()
+        if spark_log is not None:
+            spark_log.unlink(missing_ok=True)  # the run went through: nobody needs Spark's chatter
+        return status
     except (SparkUnavailable, AuditInputError) as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"{exc}{_see_log(spark_log)}") from None
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata unavailable: {exc}") from None
     finally:
         store.close()
+
+
+def spark_log_path() -> Path:
+    """Where Spark's own logs go unless --verbose: a file of this run in the temp dir."""
+    return Path(tempfile.gettempdir()) / f"bookie-scanner-audit-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+
+
+def _see_log(spark_log: Path | None) -> str:
+    """Where to read more, when Spark wrote something; an empty log is removed."""
+    if spark_log is None or not spark_log.exists():
+        return ""
+    if spark_log.stat().st_size == 0:
+        spark_log.unlink()
+        return ""
+    return f" (Spark's log: {spark_log})"
 
 
 def _write_parquet(violations, output: str) -> None:
@@ -145,8 +166,7 @@ def _report(result, repair: dict | None, output_format: str) -> None:
         document = {"summary": result.summary(), "violations": [_violation_json(v) for v in result.sorted_violations()]}
         if repair is not None:
             document["repair"] = repair
-        json.dump(document, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_document(envelope("audit_report", document))
         return
     summary = result.summary()
     print(f"cluster audit: {summary['ledgers_checked']} ledgers checked against {summary['bookies']} exported "
@@ -159,8 +179,7 @@ def _report(result, repair: dict | None, output_format: str) -> None:
     counts = {category: n for category, n in summary["violations"].items() if n}
     print("violations: " + (", ".join(f"{category} {n}" for category, n in counts.items()) or "none"))
     for violation in result.sorted_violations():
-        entries = "" if violation.entries is None else " entries " + ",".join(
-            f"{first}" if first == last else f"{first}-{last}" for first, last in violation.entries)
+        entries = "" if violation.entries is None else " entries " + ", ".join(map(_group_text, violation.entries))
         print(f"  {violation.category.value:<23} ledger {violation.ledger_id}{entries}"
               f"{' bookies ' + ','.join(violation.bookies) if violation.bookies else ''}: {violation.detail}")
     if repair is not None:
@@ -170,7 +189,18 @@ def _report(result, repair: dict | None, output_format: str) -> None:
                   f"failed {section['failed']}")
 
 
+def _group_text(group) -> str:
+    """``5``, ``5-6``, or ``5-6 every 4 to 119`` (the run repeated every period entries up to that entry)."""
+    first, last = group.first_sequence_start, group.first_sequence_start + group.sequence_size - 1
+    run = f"{first}" if first == last else f"{first}-{last}"
+    return run if group.sequence_period == 0 else f"{run} every {group.sequence_period} to {group.last_entry_id}"
+
+
 def _violation_json(violation) -> dict:
+    groups = violation.entries
     return {"category": violation.category.value, "ledger_id": violation.ledger_id,
-            "entries": None if violation.entries is None else [list(run) for run in violation.entries],
+            "entries": None if groups is None else [
+                {"first_sequence_start": g.first_sequence_start, "last_sequence_start": g.last_sequence_start,
+                 "sequence_size": g.sequence_size, "sequence_period": g.sequence_period} for g in groups],
+            "entry_count": None if groups is None else sum(g.entry_count for g in groups),
             "bookies": list(violation.bookies), "detail": violation.detail, "copies": violation.copies}

@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from scanner.cli import UsageError
-from scanner.metadata.ledger import MAX_LEDGER_ID
 
 
 def add_bookie_options(parser: argparse.ArgumentParser) -> None:
@@ -21,23 +20,16 @@ def add_bookie_options(parser: argparse.ArgumentParser) -> None:
                        help="ledger storage (override ledgerStorageClass)")
     group.add_argument("--bookie-id", metavar="ID",
                        help="this bookie's id as ensembles name it (default: the cookie's bookieHost)")
-
-
-def stored_id(text: str) -> int:
-    """An argparse type: a ledger or entry log id as a bookie stores it, 0 to 2^63-1 (a Java long)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer id") from None
-    if not 0 <= value <= MAX_LEDGER_ID:
-        raise argparse.ArgumentTypeError(f"{value} is out of range: ids run from 0 to {MAX_LEDGER_ID}")
-    return value
+    group.add_argument("--bookie-home", metavar="DIR", type=Path,
+                       help="resolve relative ledger/index dirs against DIR, the bookie's working directory "
+                            "(Pulsar: its install dir, e.g. /pulsar; default: the current directory)")
 
 
 def add_metadata_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metadata", metavar="URI",
         help="ledger metadata: zk://HOST:PORT[,HOST:PORT]/ROOT, BookKeeper's zk+hierarchical://HOST:PORT;HOST:PORT/ROOT, "
+             "Pulsar's metadata-store:zk:HOST:PORT[/CHROOT] (ledgers under CHROOT/ledgers), "
              "or file:PATH for a dump written by 'bookie-scanner metadata dump' "
              "(default: the conf's metadataServiceUri, or zkServers + zkLedgersRootPath)")
 
@@ -50,11 +42,11 @@ def bookie_layout(args):
     """The bookie's layout from --bookie-conf and the overrides; a UsageError says what to fix."""
     from scanner.storage.layout import LayoutError, discover_layout
 
-    if args.bookie_conf is None:
-        raise UsageError("say which bookie: --bookie-conf FILE (its bk_server.conf; --ledger-dirs etc. override it)")
+    if args.bookie_conf is None and args.ledger_dirs is None:
+        raise UsageError("say which bookie: --bookie-conf FILE (its bk_server.conf) or --ledger-dirs DIR[,DIR]")
     try:
         return discover_layout(args.bookie_conf, ledger_dirs=_dirs(args.ledger_dirs), index_dirs=_dirs(args.index_dirs),
-                               storage=args.storage, bookie_id=args.bookie_id)
+                               storage=args.storage, bookie_id=args.bookie_id, home=args.bookie_home)
     except LayoutError as exc:
         raise UsageError(str(exc)) from None
 

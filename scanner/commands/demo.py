@@ -7,6 +7,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from scanner.commands.output import add_format_option
+
 DESCRIPTION = """\
 Generate a small sample cluster (an InterleavedLedgerStorage bookie and a ZooKeeper dump of its
 ledgers' metadata), inject a few faults — a flipped payload byte, a lost index file, entries never
@@ -20,7 +22,7 @@ def register(subparsers) -> None:
                                    description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep", metavar="DIR", type=Path,
                         help="write the sample cluster into DIR (must not exist) and keep it, to scan it yourself")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    add_format_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -32,9 +34,8 @@ def run(args) -> int:
 
 
 def _demo(root: Path, fmt: str) -> int:
-    import json
-
     from scanner.bookie_scan import scan_bookie
+    from scanner.envelope import write_document
     from scanner.metadata.snapshot import SnapshotStore
     from scanner.sample.sample_cluster import build_sample
     from scanner.storage.bookie import open_bookie
@@ -46,13 +47,18 @@ def _demo(root: Path, fmt: str) -> int:
     with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
             open_bookie(layout, work_dir=work_dir) as storage:
         report = scan_bookie(storage, store, layout.bookie_id, layout.storage)
-    print(f"sample cluster in {root}: bookie {sample.bookie_conf}, metadata {sample.dump}\n")
-    print(json.dumps(report.to_json(), indent=2) if fmt == "json" else report.to_text())
+    # with --format json, stdout is the report alone; what the demo says about it goes to stderr
+    talk = sys.stderr if fmt == "json" else sys.stdout
+    print(f"sample cluster in {root}: bookie {sample.bookie_conf}, metadata {sample.dump}\n", file=talk)
+    if fmt == "json":
+        write_document(report.to_json())
+    else:
+        print(report.to_text())
     found = {(f.category.value, f.entry_log if f.category.value == "damaged_entry_log" else f.ledger_id)
              for f in report.findings}
     injected = {(category, key) for category, by_key in sample.faults.items() for key in by_key}
     if found == injected:
-        print("demo: the scan found every injected fault and nothing else")
+        print("demo: the scan found every injected fault and nothing else", file=talk)
         return 0
     print(f"demo: MISMATCH: missed {sorted(injected - found)}, unexpected {sorted(found - injected)}", file=sys.stderr)
     return 1

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
 from scanner.cli import UsageError
+from scanner.commands import values
 from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
+from scanner.commands.output import add_format_option, emit
 
 DESCRIPTION = """\
 Look inside one thing, read-only. Like 'bookkeeper shell readlog', but every record's digest is
@@ -32,47 +32,54 @@ def register(subparsers) -> None:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     things = parser.add_subparsers(dest="thing", metavar="THING", required=True)
 
-    log = things.add_parser("entry-log", help="every record of an entry log with its digest verdict")
+    log = things.add_parser(
+        "entry-log", help="every record of an entry log with its digest verdict",
+        description="Every record of one entry log (header, ledgers map, each record's ledger, entry, offset "
+                    "and size) with its digest verdict: against the ledger's metadata (--metadata) or one "
+                    "digest type for all (--digest). Exit status 1 when a record or the file is damaged.")
     log.add_argument("path", type=Path, help="an entry log file (<hex id>.log)")
-    log.add_argument("--entry-log-id", type=int, help="its numeric id (default: from the file name)")
+    log.add_argument("--entry-log-id", type=values.entry_log_id, metavar="ID",
+                     help="its id: 26, 0x1a or 1a.log (default: from the file name)")
     add_metadata_option(log)
     log.add_argument("--digest", choices=DIGESTS, help="verify every record with this digest type instead")
     log.add_argument("--password", default="", help="ledger password for --digest MAC (UTF-8)")
-    log.add_argument("--json", action="store_true", help="JSON instead of text")
+    add_format_option(log)
     log.set_defaults(func=_entry_log)
 
-    index = things.add_parser("index", help="an .idx file of Interleaved/Sorted storage: header and slots")
-    index.add_argument("path", type=Path)
-    index.add_argument("--json", action="store_true")
+    index = things.add_parser(
+        "index", help="an .idx file of Interleaved/Sorted storage: header and slots",
+        description="The header (version, fenced, master key, explicit LAC) and every filled slot (entry -> "
+                    "entry log and offset) of one .idx file. Exit status 1 when the file is damaged.")
+    index.add_argument("path", type=Path, help="an index file (<ledger id in hex>.idx)")
+    add_format_option(index)
     index.set_defaults(func=_index)
 
-    locations = things.add_parser("locations", help="a ledger's index state and entry locations on a bookie "
-                                                     "(any storage, RocksDB included)")
+    locations = things.add_parser(
+        "locations", help="a ledger's index state and entry locations on a bookie (any storage, RocksDB included)",
+        description="What the bookie's index holds for one ledger: its state (master key, fenced) and where "
+                    "each entry is (entry log, offset). Exit status 1 when the index lacks the ledger or "
+                    "cannot be read.")
     add_bookie_options(locations)
-    locations.add_argument("--ledger", type=int, required=True, metavar="ID")
-    locations.add_argument("--json", action="store_true")
+    locations.add_argument("--ledger", type=values.ledger_id, required=True, metavar="ID", help="the ledger id")
+    add_format_option(locations)
     locations.set_defaults(func=_locations)
 
-    ledger = things.add_parser("ledger", help="a ledger's metadata (same as 'metadata show')")
+    ledger = things.add_parser(
+        "ledger", help="a ledger's metadata (same as 'metadata show')",
+        description="A ledger's decoded metadata: state, ensembles, quorums, digest type, custom metadata.")
     add_metadata_option(ledger)
-    ledger.add_argument("--ledger", type=int, required=True, metavar="ID")
-    ledger.add_argument("--json", action="store_true")
-    ledger.add_argument("--show-password", action="store_true")
+    ledger.add_argument("--ledger", type=values.ledger_id, required=True, metavar="ID", help="the ledger id")
+    add_format_option(ledger)
+    ledger.add_argument("--show-password", action="store_true", help="print the ledger password itself")
     ledger.set_defaults(func=_ledger)
-
-
-def _emit(args, obj: dict, lines: list[str]) -> None:
-    if args.json:
-        json.dump(obj, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write("\n".join(lines) + "\n")
 
 
 def _entry_log(args) -> int:
     from scanner.storage.entry import DigestType, DigestVerifier
     from scanner.storage.entrylog import EntryLog, EntryLogError
 
+    if not args.path.is_file():
+        raise UsageError(f"{args.path}: no such file")
     log_id = args.entry_log_id
     if log_id is None:
         try:
@@ -118,7 +125,7 @@ def _entry_log(args) -> int:
     if ledgers_map:
         lines.append("  ledgers map: " + ", ".join(f"{k}: {v} B" for k, v in sorted(ledgers_map.items())))
     lines += [f"  PROBLEM: {p}" for p in problems]
-    _emit(args, obj, lines)
+    emit(args, "inspect_entry_log", obj, lines)
     bad = problems or any(r["digest"] == "DIGEST MISMATCH" for r in records)
     return 1 if bad else 0
 
@@ -150,13 +157,16 @@ def _index(args) -> int:
         with IndexFile(args.path) as index:
             slots = [{"entry_id": e, "entry_log": loc.entry_log_id, "offset": loc.pos} for e, loc in index.locations()]
             obj = {"path": str(args.path), "version": index.version, **_state(index.state), "entries": slots}
-    except (OSError, IndexFileError) as exc:
-        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"{args.path}: {exc.strerror or exc}") from None
+    except IndexFileError as exc:
+        emit(args, "inspect_index", {"path": str(args.path), "problem": str(exc)}, [f"PROBLEM: {exc}"])
+        return 1
     lines = [f"{args.path}: header v{obj['version']}, fenced {obj['fenced']}, master key {obj['master_key']}, "
              f"explicit LAC {obj['explicit_lac'] or 'none'}",
              f"  {'entry':>8} {'entry log':>10} {'offset':>10}"]
     lines += [f"  {s['entry_id']:>8} {s['entry_log']:>10} {s['offset']:>10}" for s in slots]
-    _emit(args, obj, lines)
+    emit(args, "inspect_index", obj, lines)
     return 0
 
 
@@ -164,17 +174,25 @@ def _locations(args) -> int:
     import tempfile
 
     from scanner.storage.bookie import open_bookie
+    from scanner.storage.dbstorage import DbIndexError
+    from scanner.storage.indexfile import IndexFileError
 
     layout = bookie_layout(args)
+    obj = {"bookie_id": layout.bookie_id, "storage": layout.storage, "ledger_id": args.ledger}
+    head = f"ledger {args.ledger} on {layout.bookie_id} ({layout.storage}): "
     with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, open_bookie(layout, work_dir=work_dir) as storage:
-        state = storage.ledger_index(args.ledger)
-        slots = [{"entry_id": e, "entry_log": loc.entry_log_id, "offset": loc.pos} for e, loc in storage.locations(args.ledger)]
-    obj = {"bookie_id": layout.bookie_id, "storage": layout.storage, "ledger_id": args.ledger,
-           "index": None if state is None else _state(state), "entries": slots}
-    lines = [f"ledger {args.ledger} on {layout.bookie_id} ({layout.storage}): "
-             + ("not in the index" if state is None else f"fenced {state.fenced}, master key {state.master_key.hex()}")]
+        try:
+            state = storage.ledger_index(args.ledger)
+            slots = [{"entry_id": e, "entry_log": loc.entry_log_id, "offset": loc.pos}
+                     for e, loc in storage.locations(args.ledger)]
+        except (DbIndexError, IndexFileError) as exc:
+            emit(args, "inspect_locations", {**obj, "index": None, "entries": [], "problem": str(exc)},
+                 [head + f"the index cannot be read: {exc}"])
+            return 1
+    obj.update({"index": None if state is None else _state(state), "entries": slots, "problem": None})
+    lines = [head + ("not in the index" if state is None else f"fenced {state.fenced}, master key {state.master_key.hex()}")]
     lines += [f"  entry {s['entry_id']:>8} -> entry log {s['entry_log']} offset {s['offset']}" for s in slots]
-    _emit(args, obj, lines)
+    emit(args, "inspect_locations", obj, lines)
     return 0 if state is not None else 1
 
 

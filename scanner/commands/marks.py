@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import sys
 from pathlib import Path
 
 from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_metadata_option
+from scanner.commands.output import add_format_option, emit
 
 DESCRIPTION = """\
 List every ledger marked under-replicated in ZooKeeper (read-only): the bookies whose copies the
@@ -24,7 +23,7 @@ def register(subparsers) -> None:
     add_metadata_option(parser)
     parser.add_argument("--bookie-conf", metavar="FILE", type=Path,
                         help="take the metadata service from this bk_server.conf when --metadata is not given")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_format_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -41,24 +40,26 @@ def run(args) -> int:
         raise UsageError(str(exc)) from None
     finally:
         store.close()
-    if args.json:
-        json.dump({"replication_enabled": enabled, "count": len(listed), "ledgers": [m.to_json() for m in listed]},
-                  sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
+    document = {"replication_enabled": enabled, "count": len(listed), "ledgers": [m.to_json() for m in listed]}
+    emit(args, "marks", document, _text(enabled, listed))
+    return 0
+
+
+def _text(enabled: bool, listed) -> list[str]:
+    lines = []
     if not enabled:
-        print("auto-recovery is DISABLED (underreplication/disable exists): workers are not re-replicating")
+        lines.append("auto-recovery is DISABLED (underreplication/disable exists): workers are not re-replicating")
     for mark in listed:
         if mark.problem is not None:
-            print(f"ledger {mark.ledger_id}  UNREADABLE MARK: {mark.problem}")
+            lines.append(f"ledger {mark.ledger_id}  UNREADABLE MARK: {mark.problem}")
             continue
         when = "-" if mark.ctime is None else (
             datetime.datetime.fromtimestamp(mark.ctime / 1000, datetime.timezone.utc).isoformat(timespec="seconds")
             + f" ({_age(mark.age_ms)} ago)")
-        print(f"ledger {mark.ledger_id}  replicas {','.join(mark.replicas) or '-'}  marked {when}  "
-              f"lock {mark.lock_holder if mark.lock_holder is not None else '-'}")
-    print(f"{len(listed)} under-replicated ledger{'s' if len(listed) != 1 else ''}")
-    return 0
+        lines.append(f"ledger {mark.ledger_id}  replicas {','.join(mark.replicas) or '-'}  marked {when}  "
+                     f"lock {mark.lock_holder if mark.lock_holder is not None else '-'}")
+    lines.append(f"{len(listed)} under-replicated ledger{'s' if len(listed) != 1 else ''}")
+    return lines
 
 
 def _open_store(args):

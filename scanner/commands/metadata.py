@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime
-import json
 import sys
 
 from scanner.cli import UsageError
+from scanner.commands import values
 from scanner.commands.bookie_args import add_metadata_option, metadata_store
+from scanner.commands.output import add_format_option, emit
 
 EXIT_NOT_FOUND = 1
 
@@ -37,8 +38,8 @@ def register(subparsers) -> None:
         "The password is shown as its master key (SHA-1 of 'ledger' + password) unless --show-password.",
     )
     add_metadata_option(show)
-    show.add_argument("--ledger", metavar="ID", type=int, required=True, help="the ledger id (decimal)")
-    show.add_argument("--json", action="store_true", help="print JSON instead of text")
+    show.add_argument("--ledger", metavar="ID", type=values.ledger_id, required=True, help="the ledger id (decimal)")
+    add_format_option(show)
     show.add_argument("--show-password", action="store_true", help="print the ledger password itself")
     show.set_defaults(func=show_ledger)
 
@@ -66,7 +67,7 @@ def _dump(args) -> int:
 
 
 def show_ledger(args) -> int:
-    """Print one ledger's metadata (args: metadata, ledger, json, show_password); used by `inspect ledger` too."""
+    """Print one ledger's metadata (args: metadata, ledger, format, show_password); used by `inspect ledger` too."""
     from scanner.metadata.ledger import MetadataFormatError
     from scanner.metadata.store import MetadataUnavailable
 
@@ -81,7 +82,7 @@ def show_ledger(args) -> int:
         print(f"ledger {args.ledger}: no such ledger under {store.root} (deleted, or never created)", file=sys.stderr)
         return EXIT_NOT_FOUND
     described = describe_ledger(meta, show_password=args.show_password)
-    print(json.dumps(described, indent=2) if args.json else _as_text(described))
+    emit(args, "ledger_metadata", described, _as_text(described))
     return 0
 
 
@@ -128,7 +129,7 @@ def _readable(value: bytes) -> str:
     return value.decode("utf-8", errors="backslashreplace")
 
 
-def _as_text(d: dict) -> str:
+def _as_text(d: dict) -> list[str]:
     lines = [
         f"ledger {d['ledger_id']} (metadata format V{d['metadata_format_version']})",
         f"state: {d['state']}" + (f", last entry {d['last_entry_id']}, length {d['length']}" if d["state"] == "CLOSED" else ""),
@@ -148,4 +149,4 @@ def _as_text(d: dict) -> str:
     if d["custom_metadata"]:
         lines.append("custom metadata:")
         lines += [f"  {key} = {value}" for key, value in d["custom_metadata"].items()]
-    return "\n".join(lines)
+    return lines

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
+from scanner.commands import values
 from scanner.commands.bookie_args import (add_bookie_options, add_metadata_option, bookie_layout, metadata_store,
-                                          metadata_uri, stored_id)
+                                          metadata_uri)
+from scanner.commands.output import add_format_option
 
 DESCRIPTION = """\
 Scan one bookie once, read-only, and report what BP-24 calls the three conditions:
@@ -38,16 +39,16 @@ def register(subparsers) -> None:
     add_bookie_options(parser)
     add_metadata_option(parser)
     narrow = parser.add_argument_group("narrowing")
-    narrow.add_argument("--ledger", metavar="ID", type=stored_id, action="append",
+    narrow.add_argument("--ledger", metavar="ID", type=values.ledger_id, action="append",
                         help="check only this ledger (repeatable); its entry logs are verified too")
-    narrow.add_argument("--entry-log", metavar="ID", type=stored_id, action="append",
-                        help="verify only this entry log, by numeric id (0x1a.log is 26; repeatable)")
-    parser.add_argument("--rate", metavar="BYTES_PER_SEC", type=int,
+    narrow.add_argument("--entry-log", metavar="ID", type=values.entry_log_id, action="append",
+                        help="verify only this entry log: 26, 0x1a or 1a.log (repeatable)")
+    parser.add_argument("--rate", metavar="BYTES_PER_SEC", type=values.rate,
                         help="read at most this many bytes per second (default: unlimited)")
     parser.add_argument("--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
                         help="ledger dirs scanned at once, each in a process of its own (default: the number of "
                              "CPUs; a bookie with one ledger dir is scanned by one process)")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="report format (default: text)")
+    add_format_option(parser)
     repair = parser.add_argument_group("repair (default: report only)")
     repair.add_argument("--mark", action="store_true",
                         help="mark damaged ledgers under-replicated in ZooKeeper, as BookKeeper's Auditor does, "
@@ -62,6 +63,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from scanner.bookie_scan import ParallelDirs, scan_bookie
     from scanner.cli import UsageError
+    from scanner.envelope import write_document
     from scanner.metadata.store import MetadataUnavailable
     from scanner.progress import ProgressLine
     from scanner.storage.bookie import open_bookie
@@ -81,10 +83,12 @@ def run(args) -> int:
             marks_for(store)  # a usage error before a long scan, not after
         with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
                 open_bookie(layout, work_dir=work_dir) as storage:
+            _check_narrowing(storage, store, args.ledger, args.entry_log)
             parallel = ParallelDirs(metadata_uri(args, layout), args.jobs, args.rate)
             report = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger,
                                  entry_logs=args.entry_log, pacer=Pacer(bytes_per_second=args.rate),
                                  progress=ProgressLine(), scratch=Path(work_dir), parallel=parallel)
+        report.name_ledgers(store)
         repair = None
         if args.mark:
             from scanner.repair.after_scan import mark_damage
@@ -93,7 +97,7 @@ def run(args) -> int:
                                  marks_per_second=args.marks_per_second or None)
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata became unavailable during the scan: {exc}") from None
-    except DbIndexError as exc:
+    except DbIndexError as exc:  # what is left once damage became findings: ledger dirs given out of order
         raise UsageError(f"cannot read the bookie's DbLedgerStorage index: {exc}") from None
     finally:
         store.close()
@@ -101,8 +105,7 @@ def run(args) -> int:
         document = report.to_json()
         if repair is not None:
             document["repair"] = repair
-        json.dump(document, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_document(document)
     else:
         sys.stdout.write(report.to_text())
         if repair is not None:
@@ -110,3 +113,24 @@ def run(args) -> int:
 
             sys.stdout.write(repair_text(repair))
     return report.exit_status
+
+
+def _check_narrowing(storage, store, ledgers: list[int] | None, entry_logs: list[int] | None) -> None:
+    """A UsageError for a ``--ledger`` or ``--entry-log`` that names nothing: "no findings" would mislead."""
+    from scanner.cli import UsageError
+    from scanner.metadata.ledger import MetadataFormatError
+    from scanner.storage.dbstorage import DbIndexError
+    from scanner.storage.indexfile import IndexFileError
+
+    for ledger_id in ledgers or ():
+        try:
+            if storage.ledger_index(ledger_id) is not None or store.ledger(ledger_id) is not None:
+                continue
+        except (DbIndexError, IndexFileError, MetadataFormatError):
+            continue  # there, but damaged: the scan reports it
+        raise UsageError(f"ledger {ledger_id} is neither in this bookie's index nor in the metadata")
+    present = {log.entry_log_id for log in storage.entry_logs()}
+    for entry_log in entry_logs or ():
+        if entry_log not in present:
+            dirs = ", ".join(str(d) for d in storage.layout.ledger_current_dirs)
+            raise UsageError(f"entry log {entry_log} ({entry_log:x}.log) is in none of the ledger dirs ({dirs})")

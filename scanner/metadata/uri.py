@@ -6,7 +6,14 @@ Accepted forms:
   (``+flat``, ``+longhierarchical``, ``+legacyhierarchical``; ``+null`` = use ``LAYOUT``)
   ``zk://user:password@host:port/ledgers``               digest authentication
   ``file:PATH``                                          a dump file (see scanner.metadata.snapshot)
+  ``metadata-store:zk:h1:p1,h2:p2[/chroot][?params]``    Pulsar's metadata-store driver on ZooKeeper
 A ZooKeeper chroot is written as part of the path: ``zk://h:p/chroot/ledgers``.
+
+Pulsar's driver (``metadata-store:``) reads the ledgers under ``/ledgers`` of the store it opens, and
+a path after the ZooKeeper hosts is a chroot: ``metadata-store:zk:h:2181/pulsar`` means
+``zk://h:2181/pulsar/ledgers``, and ``metadata-store:zk:h:2181/ledgers`` means ``/ledgers/ledgers``.
+A store URL without a known prefix is ZooKeeper, as in Pulsar; its query parameters tune the
+connection only and are ignored here. Pulsar's other stores (etcd, Oxia, RocksDB, memory) are not read.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from scanner.metadata.store import MetadataStore, check_root
 DEFAULT_LEDGERS_ROOT = "/ledgers"
 DEFAULT_ZK_PORT = 2181
 _HOST_PORT = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::(?P<port>[0-9]{1,5}))?")
-_FORMS = "zk://HOST:PORT/ROOT, zk+hierarchical://H1:P1;H2:P2/ROOT or file:DUMP.json"
+_FORMS = "zk://HOST:PORT/ROOT, zk+hierarchical://H1:P1;H2:P2/ROOT, metadata-store:zk:HOST:PORT or file:DUMP.json"
+PULSAR_SCHEME = "metadata-store:"
+_PULSAR_UNSUPPORTED = ("etcd:", "oxia:", "rocksdb:", "memory:", "local-memory:")
 
 
 class MetadataUriError(UsageError):
@@ -103,7 +112,7 @@ def open_metadata(uri: str, *, connect_timeout: float | None = None) -> Metadata
         if not path:
             raise MetadataUriError(f"metadata URI {uri!r}: expected file:PATH")
         return SnapshotStore(urllib.parse.unquote(path))
-    target = parse_zookeeper_uri(uri)
+    target = parse_zookeeper_uri(pulsar_store_as_zk_uri(uri) if uri.startswith(PULSAR_SCHEME) else uri)
     from scanner.metadata.zookeeper import DEFAULT_CONNECT_TIMEOUT, ZooKeeperStore
 
     return ZooKeeperStore(
@@ -113,6 +122,22 @@ def open_metadata(uri: str, *, connect_timeout: float | None = None) -> Metadata
         auth=target.auth,
         connect_timeout=DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout,
     )
+
+
+def pulsar_store_as_zk_uri(uri: str) -> str:
+    """The ``zk://`` URI of the ledgers a Pulsar ``metadata-store:`` URI names; MetadataUriError if not ZooKeeper."""
+    store_url = uri[len(PULSAR_SCHEME):].partition("?")[0]
+    if store_url.lower().startswith(_PULSAR_UNSUPPORTED):
+        kind = store_url.split(":", 1)[0]
+        raise MetadataUriError(f"metadata URI {uri!r}: Pulsar's {kind} metadata store is not supported; "
+                               "the scanner reads ledger metadata from ZooKeeper only")
+    hosts = store_url[len("zk:"):] if store_url.lower().startswith("zk:") else store_url
+    hosts = hosts.removeprefix("//")
+    if not hosts:
+        raise MetadataUriError(f"metadata URI {uri!r}: expected metadata-store:zk:HOST:PORT[,HOST:PORT][/CHROOT]")
+    authority, _, chroot = hosts.partition("/")
+    chroot = chroot.strip("/")
+    return f"zk://{authority}{'/' + chroot if chroot else ''}{DEFAULT_LEDGERS_ROOT}"
 
 
 def metadata_uri_from_conf(conf: Mapping[str, str]) -> str | None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from scanner.storage.dbstorage import DbLedgerIndex, MalformedDbRecord, MisplacedLedger
+from scanner.storage.dbstorage import DbLedgerIndex, DbOpenError, MalformedDbRecord, MisplacedLedger
 from scanner.storage.entrylog import MissingEntryLog
 from scanner.storage.indexfile import IndexFile, IndexFileError, find_index_file, indexed_ledger_ids
 from scanner.storage.layout import BookieLayout
@@ -40,6 +40,7 @@ class BookieStorage(abc.ABC):
 
     def __init__(self, layout: BookieLayout):
         self.layout = layout
+        self.unreadable_indexes: dict[str, str] = {}  # index that cannot be opened at all -> why (damage, not usage)
 
     def __enter__(self) -> "BookieStorage":
         return self
@@ -149,7 +150,11 @@ class DbStorage(BookieStorage):
         self._scratch = Path(tempfile.mkdtemp(prefix="bookie-index-", dir=work_dir))
         try:
             for current in layout.index_current_dirs:
-                self._indexes.append(DbLedgerIndex(current, self._scratch))
+                try:
+                    self._indexes.append(DbLedgerIndex(current, self._scratch))
+                except DbOpenError as error:
+                    self.unreadable_indexes[str(current)] = str(error)
+                    self._indexes.append(_UnopenedIndex(current, error))
         except BaseException:
             self.close()
             raise
@@ -209,6 +214,33 @@ class DbStorage(BookieStorage):
         if not path.is_file():
             raise MissingEntryLog(path, entry_log_id, None, f"needed by ledger {ledger_id}: no such file")
         return path
+
+
+class _UnopenedIndex:
+    """Stands in for a ledger dir's index that would not open: it lists nothing, and asking about a ledger
+    says why, so every ledger the metadata places in that dir is reported as having no readable index."""
+
+    def __init__(self, current_dir: Path, error: DbOpenError):
+        self.current_dir = current_dir
+        self._error = error
+
+    def close(self) -> None:
+        """Nothing was opened."""
+
+    def ledger_ids(self) -> Iterator[int]:
+        return iter(())
+
+    def ledger_state(self, ledger_id: int) -> LedgerState | None:
+        raise DbOpenError(str(self._error))
+
+    def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
+        return iter(())  # no copy in the entry logs can be told live: the index finding covers them
+
+    def ledger_locations(self) -> Iterator[tuple[int, array, array]]:
+        return iter(())
+
+    def ledger_records(self) -> Iterator[tuple[int, bytes]]:
+        return iter(())
 
 
 def open_bookie(layout: BookieLayout, work_dir: Path | None = None) -> BookieStorage:

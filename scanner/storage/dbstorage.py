@@ -84,7 +84,7 @@ class ReadOnlyRocksDb:
     """One RocksDB opened read-only (a snapshot as of open) through symlinks in a directory of our own."""
 
     def __init__(self, db_dir: Path, work_dir: Path):
-        self.path = Path(db_dir)
+        self.path = Path(db_dir).absolute()  # the symlinks in the view must not depend on the working dir
         if not (self.path / "CURRENT").is_file():
             raise DbOpenError(f"{self.path}: expected a RocksDB directory (with a CURRENT file), found none")
         self._view = Path(tempfile.mkdtemp(prefix=f"{self.path.name}-", dir=work_dir))

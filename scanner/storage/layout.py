@@ -2,10 +2,17 @@
 
 The config is a Java properties file as Apache Commons Configuration 1.x reads it (BookKeeper's
 ``ServerConfiguration``); the cookie is ``current/VERSION`` in every ledger dir.
+
+A relative directory in the config (Pulsar's default ``ledgerDirectories=data/bookkeeper/ledgers``)
+is relative to the working directory of the bookie's JVM, which is where BookKeeper resolves it:
+Pulsar's scripts and images start the bookie in the Pulsar home. The scanner cannot see that
+directory, so it resolves such dirs against ``home``: the caller's ``--bookie-home``, else its own
+working directory (run it from the same place as the bookie). Every dir of a layout is absolute.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from collections.abc import Mapping, Sequence
@@ -22,7 +29,7 @@ _STORAGE_CLASSES = {
     "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage": "db",
 }
 DEFAULT_STORAGE_CLASS = "org.apache.bookkeeper.bookie.SortedLedgerStorage"
-DEFAULT_LEDGER_DIR = "/tmp/bk-data"
+DEFAULT_LEDGER_DIR = "/tmp/bk-data"  # BookKeeper's ledgerDirectories when the config sets none
 DEFAULT_BOOKIE_PORT = 3181
 COOKIE_FILE = "VERSION"
 _TRUE = {"true", "on", "yes", "y", "t"}
@@ -67,46 +74,82 @@ class BookieLayout:
 
 
 def discover_layout(
-    conf_path: Path,
+    conf_path: Path | None,
     *,
     ledger_dirs: Sequence[Path] | None = None,
     index_dirs: Sequence[Path] | None = None,
     storage: str | None = None,
     bookie_id: str | None = None,
+    home: Path | None = None,
 ) -> BookieLayout:
     """The layout from ``bk_server.conf`` and the ledger dirs' cookies; overrides replace what the conf says.
 
     Override the dirs when the bookie's files are not at the paths its config names (a copy, a mount).
+    Without a config (``conf_path`` None) the ledger dirs must be given; the storage type is then
+    what the dirs hold unless given. Relative dirs are resolved against ``home`` (default: the working dir).
     """
-    conf_path = Path(conf_path)
-    try:
-        text = conf_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise LayoutError(f"{conf_path}: cannot read the bookie config: {error}") from error
-    conf = parse_properties(text)
-    effective_storage = storage if storage is not None else storage_type(conf, conf_path)
+    if conf_path is None:
+        if ledger_dirs is None:
+            raise LayoutError("without a bookie config, the ledger dirs must be given")
+        conf, source = {}, Path("--ledger-dirs")
+    else:
+        conf, source = _read_conf(Path(conf_path)), Path(conf_path)
+    base = Path.cwd() if home is None else Path(home)
+    written_ledgers = _dirs(ledger_dirs, conf, "ledgerDirectories", source)
+    written_indexes = _index_dirs(index_dirs, ledger_dirs is not None, conf, source, written_ledgers)
+    ledgers, indexes = _absolute(written_ledgers, base), _absolute(written_indexes, base)
+    if storage is not None:
+        effective_storage = storage
+    elif conf_path is None:
+        effective_storage = "db" if any(_holds_rocksdb(d) for d in indexes) else "interleaved"
+    else:
+        effective_storage = storage_type(conf, source)
     if effective_storage not in STORAGE_TYPES:
         raise LayoutError(f"storage override {effective_storage!r}: expected one of {', '.join(STORAGE_TYPES)}")
-    ledgers = _dirs(ledger_dirs, conf, "ledgerDirectories")
-    indexes = _index_dirs(index_dirs, ledger_dirs is not None, conf, conf_path, ledgers)
     if effective_storage == "db" and len(indexes) != len(ledgers):
         raise LayoutError(
-            f"{conf_path}: DbLedgerStorage pairs index dir i with ledger dir i, "
+            f"{source}: DbLedgerStorage pairs index dir i with ledger dir i, "
             f"found {len(indexes)} index dirs for {len(ledgers)} ledger dirs"
         )
-    for directory in dict.fromkeys(ledgers + indexes):
+    for written, directory in dict.fromkeys(zip(written_ledgers + written_indexes, ledgers + indexes)):
         if not (directory / "current").is_dir():
-            raise LayoutError(f"{directory}: expected a bookie dir with a current/ subdirectory, found none")
+            raise LayoutError(_no_bookie_dir(directory, written, conf, ledger_dirs, source, home))
     _check_storage_files(effective_storage, indexes)
     cookie = _agreed_cookie(ledgers, len(ledgers))
     return BookieLayout(
-        bookie_id=bookie_id if bookie_id is not None else _bookie_id(conf, cookie, conf_path),
+        bookie_id=bookie_id if bookie_id is not None else _bookie_id(conf, cookie, source),
         storage=effective_storage,
         ledger_dirs=ledgers,
         index_dirs=indexes,
-        direct_io=effective_storage == "db" and conf_bool(conf, "dbStorage_directIOEntryLogger", False, conf_path),
+        direct_io=effective_storage == "db" and conf_bool(conf, "dbStorage_directIOEntryLogger", False, source),
         conf=MappingProxyType(conf),
     )
+
+
+def _read_conf(conf_path: Path) -> dict[str, str]:
+    try:
+        return parse_properties(conf_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise LayoutError(f"{conf_path}: cannot read the bookie config: {getattr(error, 'strerror', None) or error}"
+                          ) from error
+
+
+def _absolute(dirs: tuple[Path, ...], base: Path) -> tuple[Path, ...]:
+    return tuple(Path(os.path.normpath(base / d)) for d in dirs)
+
+
+def _no_bookie_dir(directory: Path, written: Path, conf: Mapping[str, str], override: Sequence[Path] | None,
+                   source: Path, home: Path | None) -> str:
+    """The error for a dir without ``current/``, saying where the path came from when the user did not write it."""
+    if override is None and not conf_list(conf, "ledgerDirectories"):
+        return (f"{source}: ledgerDirectories is not set, and BookKeeper's default {directory} holds no bookie "
+                "dir: set ledgerDirectories or pass --ledger-dirs")
+    found = f"{directory}: expected a bookie dir with a current/ subdirectory, found none"
+    if not written.is_absolute():
+        against = "--bookie-home" if home is not None else "the current directory"
+        return (f"{found} ({written} is relative, resolved against {against} as the bookie resolves it against "
+                "its working dir: pass --bookie-home DIR, the bookie's working dir, e.g. Pulsar's home)")
+    return found
 
 
 def storage_type(conf: Mapping[str, str], source: Path) -> str:
@@ -186,11 +229,13 @@ def conf_bool(conf: Mapping[str, str], key: str, default: bool, source: Path) ->
     raise LayoutError(f"{source}: {key}={value!r}: expected true or false")
 
 
-def _dirs(override: Sequence[Path] | None, conf: Mapping[str, str], key: str) -> tuple[Path, ...]:
+def _dirs(override: Sequence[Path] | None, conf: Mapping[str, str], key: str, source: Path) -> tuple[Path, ...]:
     if override is not None:
         if not override:
             raise LayoutError(f"{key} override: expected at least one directory, found none")
         return tuple(Path(d) for d in override)
+    if key in conf and not conf_list(conf, key):
+        raise LayoutError(f"{source}: {key} is set but empty; expected one or more directories")
     return tuple(Path(d) for d in conf_list(conf, key) or [DEFAULT_LEDGER_DIR])
 
 
@@ -202,23 +247,29 @@ def _index_dirs(
     ledger_dirs: tuple[Path, ...],
 ) -> tuple[Path, ...]:
     if override is not None:
-        return _dirs(override, conf, "indexDirectories")
+        return _dirs(override, conf, "indexDirectories", source)
     if not conf_list(conf, "indexDirectories"):
         return ledger_dirs
     if ledger_dirs_overridden:
         raise LayoutError(
             f"{source}: sets indexDirectories but only the ledger dirs were overridden; override the index dirs too"
         )
-    return _dirs(None, conf, "indexDirectories")
+    return _dirs(None, conf, "indexDirectories", source)
 
 
 def _check_storage_files(storage: str, index_dirs: tuple[Path, ...]) -> None:
-    # RocksDB index dirs are the one on-disk sign of the storage type: catch a conf that is not this bookie's
+    # RocksDB index dirs are the one on-disk sign of the storage type: catch a conf that is not this bookie's.
+    # A RocksDB dir that is there but damaged (CURRENT gone) is the bookie's damage, reported by the scan.
     for directory in index_dirs:
-        has_rocksdb = (directory / "current" / "locations" / "CURRENT").is_file()
+        has_rocksdb = _holds_rocksdb(directory)
         if has_rocksdb != (storage == "db"):
             found = "DbLedgerStorage indexes" if has_rocksdb else "no DbLedgerStorage indexes"
             raise LayoutError(f"{directory}: storage is {storage!r} but the dir holds {found}")
+
+
+def _holds_rocksdb(index_dir: Path) -> bool:
+    current = index_dir / "current"
+    return (current / "locations").is_dir() or (current / "ledgers").is_dir()
 
 
 def parse_cookie(text: str, source: Path) -> Cookie:

@@ -8,6 +8,7 @@ Faults whose finding needs the reworked entry-log pass are in test_pending_core.
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -269,11 +270,12 @@ def test_fault_is_reported_exactly(capsys, tmp_path, bookie, fault):
 
 
 @pytest.mark.parametrize("bookie", [b for b in BOOKIES if storage_of(b) == "db"])
-def test_an_index_rocksdb_that_cannot_open_is_one_line_and_exit_2(capsys, tmp_path, bookie):
+def test_an_index_rocksdb_that_cannot_open_is_an_unreadable_index_finding(capsys, tmp_path, bookie):
+    # the bookie's damage, not the operator's mistake (issue 11): a finding and exit 1, never exit 2
     model = pristine(bookie, capsys)
     copy = copy_ledger_dir(model.ledger_dir, tmp_path / "ledgers")
     (copy / "current" / "locations" / "CURRENT").write_text("MANIFEST-999999\n")  # names a manifest that is gone
-    assert main(["scan", *model.scan_args(copy), "--format", "json"]) == 2
-    [line] = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("bookie-scanner scan: cannot read the bookie's DbLedgerStorage index: ")
-    assert "locations" in line and "MANIFEST-999999" in line
+    assert main(["scan", *model.scan_args(copy), "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    [unreadable] = [f for f in report["findings"] if f["category"] == "unreadable_index"]
+    assert "locations" in unreadable["detail"] and "MANIFEST-999999" in unreadable["detail"]
