@@ -70,9 +70,13 @@ def _inject(bookie, metadata_uri: str) -> dict:
                     sealed.append(log_file)
         assert len(sealed) >= 3, "the first writer did not fill enough entry logs"
         by_log: dict[int, list[tuple[int, int, int]]] = {}  # log -> (pos, ledger, entry) of closed, verifiable ledgers
+        logs_of: dict[int, set[int]] = {}  # closed ledger -> the logs its entries are in
         for ledger_id, entry_ids, locations in storage.indexed_ledgers():
             meta = store.ledger(ledger_id)
-            if meta is None or not meta.is_closed or meta.digest_type is None or meta.digest_type.name == "DUMMY":
+            if meta is None or not meta.is_closed or entry_ids is None:
+                continue
+            logs_of[ledger_id] = {raw >> 32 for raw in locations}
+            if meta.digest_type is None or meta.digest_type.name == "DUMMY":
                 continue
             for entry_id, raw in zip(entry_ids, locations):
                 by_log.setdefault(raw >> 32, []).append((raw & 0xFFFFFFFF, ledger_id, entry_id))
@@ -87,9 +91,9 @@ def _inject(bookie, metadata_uri: str) -> dict:
     cut_pos = records[len(records) // 2][0] - 4 + 10  # inside a record's header, half-way through the log
     lost = {(ledger, entry) for p, ledger, entry in records if p + 16 > cut_pos} - {(flip_ledger, flip_entry)}
     os.truncate(cut_log.path, cut_pos)
-    involved = {flip_ledger} | {ledger for ledger, _ in lost}
-    idx_ledger = next(ledger for p, ledger, entry in sorted(v for rows in by_log.values() for v in rows)
-                      if ledger not in involved)
+    # A ledger with nothing in either damaged log, so its only damage is its lost index.
+    idx_ledger = min(ledger for ledger, logs in logs_of.items()
+                     if logs and not logs & {flip_log.entry_log_id, cut_log.entry_log_id})
     idx = next(layout.index_current_dirs[0].rglob(f"{idx_ledger:x}.idx"))
     idx.unlink()
     return {"corrupt": (flip_ledger, flip_entry), "cut_log": cut_log.entry_log_id, "lost": lost,
