@@ -61,3 +61,26 @@ def test_marks(capsys, zookeeper, zk_client, zk_load_dump):
     listing = printed(capsys, "marks", "--metadata", f"zk://{zookeeper.connect_string}{root}")
     assert listing["count"] == 2
     assert_valid(listing)
+
+
+def test_agent_status_running_and_not_running(tmp_path):
+    from scanner.sample.sample_cluster import build_sample
+    from test_agent_service import AgentProcess, cli, wait_for, write_config
+
+    sample = build_sample(tmp_path / "sample")
+    config = write_config(tmp_path, sample, f"file:{sample.dump}")
+    down = json.loads(cli(config, "status", "--format", "json").stdout)
+    assert down["status"] == "not_running" and down["kind"] == "agent_status"
+    assert_valid(down)
+    agent = AgentProcess(config, tmp_path / "state", tmp_path / "agent.err").start()
+    try:
+        agent.wait_ready()
+        wait_for(lambda: agent.scanner()["passes_completed"] >= 1, 60, "the first pass did not end")
+        up = json.loads(cli(config, "status", "--format", "json").stdout)
+    finally:
+        assert agent.terminate() == 0
+    assert up["status"] != "not_running" and up["findings"]
+    assert_valid(up)
+    del up["bookie_id"]
+    with pytest.raises(AssertionError):
+        assert_valid(up)

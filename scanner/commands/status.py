@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
+
+from scanner.envelope import envelope, write_document
 
 EXIT_NOT_RUNNING = 3
 
@@ -34,8 +35,7 @@ def run(args) -> int:
     except AgentNotRunning as exc:
         return _not_running(config, exc, args.format)
     if args.format == "json":
-        json.dump(health, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_document(envelope("agent_status", health))
     else:
         sys.stdout.write(health_text(health))
     return 0 if not _problems(health) else 1
@@ -109,10 +109,10 @@ def _not_running(config, reason, fmt: str) -> int:
         if cursor is not None:
             cursors.append(cursor)
     if fmt == "json":
-        json.dump({"status": "not_running", "reason": str(reason),
-                   "scanners": [{"ledger_dir": c.ledger_dir, "phase": c.phase, "pass_progress": c.pass_progress,
-                                 "passes_completed": c.passes_completed} for c in cursors]}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_document(envelope("agent_status", {
+            "status": "not_running", "reason": str(reason),
+            "scanners": [{"ledger_dir": c.ledger_dir, "phase": c.phase, "pass_progress": c.pass_progress,
+                          "passes_completed": c.passes_completed} for c in cursors]}))
     else:
         print(f"agent not running ({reason})")
         for c in cursors:
