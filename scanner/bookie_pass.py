@@ -24,7 +24,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
-import os
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import islice
@@ -38,7 +37,7 @@ from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledge
 from scanner.ledger_table import LedgerTable
 from scanner.location_runs import LocationRuns
 from scanner.metadata.store import LedgerRead
-from scanner.storage.bookie import BookieStorage, EntryLogFile
+from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size
 from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entry import DigestVerifier
 from scanner.storage.entrylog import PACE_INTERVAL, EntryLog, EntryLogError, MissingEntryLog, TruncatedRecord
@@ -123,7 +122,7 @@ class BookiePass:
         self.read_cluster()
         findings = self.judge_index()
         if progress:
-            progress.start("entry logs", sum(_size(f.path) for f in self.log_files), "B")
+            progress.start("entry logs", sum(file_size(f.path) for f in self.log_files), "B")
         for log_file in self.log_files:
             findings.extend(self.walk(log_file, progress=progress))
         findings.extend(self.finish())
@@ -266,7 +265,7 @@ class BookiePass:
                             f"the log's records end at offset {entry_log.valid_end}, where the index expects more: "
                             "its data was cut there"))
                 if problems:
-                    active = not lost_here and self._is_active(log_file, entry_log)
+                    active = not lost_here and self.storage.is_active_log(log_file, entry_log.header_has_map)
                     found += judge_entry_log(log_file.entry_log_id, problems, active)
                 return found
 
@@ -454,14 +453,6 @@ class BookiePass:
             log.warning("ledger %d not judged: %s", ledger_id, error)
             self.undecodable.add(ledger_id)
 
-    def _is_active(self, log_file: EntryLogFile, entry_log: EntryLog) -> bool:
-        """The log the bookie may still be appending to: no ledgers map, and the newest such log of its dir."""
-        if entry_log.header is not None and entry_log.header.ledgers_map_offset > 0:
-            return False
-        same_dir = [f.entry_log_id for f in self.storage.entry_logs()
-                    if f.ledger_dir_index == log_file.ledger_dir_index and _size(f.path) > 0]
-        return not same_dir or log_file.entry_log_id >= max(same_dir)
-
 
 def _verifier_of(meta) -> DigestVerifier | None:
     if meta.digest_type is None:
@@ -515,9 +506,3 @@ def _next_batch(index: Iterator) -> list:
             break
     return batch
 
-
-def _size(path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
@@ -19,7 +18,7 @@ from scanner.checks.findings import Category, Finding
 from scanner.checks.ledger_check import (LedgerEvidence, RecordFault, judge_ledger, judge_record_faults,
                                          orphan_finding)
 from scanner.metadata.ledger import LedgerMetadata, MetadataFormatError
-from scanner.storage.bookie import BookieStorage, EntryLogFile
+from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size
 from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entry import DigestVerifier
 from scanner.storage.indexfile import IndexFileError
@@ -220,7 +219,7 @@ class BookieScanner:
             nonlocal judged_problems
             problems = entry_log.problems[judged_problems:]
             judged_problems = len(entry_log.problems)
-            findings = (judge_entry_log(log_file.entry_log_id, problems, self._is_active(log_file, entry_log))
+            findings = (judge_entry_log(log_file.entry_log_id, problems, self.storage.is_active_log(log_file, entry_log.header_has_map))
                         if problems else [])
             for ledger_id, ledger_faults in faults.items():
                 findings.extend(self._judge_faults(ledger_id, ledger_faults))
@@ -268,14 +267,6 @@ class BookieScanner:
         # Compaction leaves stale copies behind; only the copy the index points to is served.
         location = next((loc for e, loc in self.storage.locations(ledger_id) if e == entry_id), None)
         return location is not None and location.entry_log_id == log_file.entry_log_id and location.pos == pos
-
-    def _is_active(self, log_file: EntryLogFile, entry_log: EntryLog) -> bool:
-        """The log the bookie may still be appending to: no ledgers map, and the newest such log of its dir."""
-        if entry_log.header is not None and entry_log.header.ledgers_map_offset > 0:
-            return False
-        same_dir = [f.entry_log_id for f in self.storage.entry_logs()
-                    if f.ledger_dir_index == log_file.ledger_dir_index and _size(f.path) > 0]
-        return not same_dir or log_file.entry_log_id >= max(same_dir)
 
     def orphan_findings(self) -> list[Finding]:
         """Informational findings for data of ledgers the metadata no longer has (after both steps)."""
@@ -333,12 +324,6 @@ class BookieScanner:
         return entry_log
 
 
-def _size(path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0
-
 
 def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
                 ledgers: list[int] | None = None, entry_logs: list[int] | None = None,
@@ -365,7 +350,7 @@ def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str
                 if progress:
                     progress.advance(1)
         log_files = [] if entry_logs is None else [f for f in storage.entry_logs() if f.entry_log_id in entry_logs]
-        sizes = {f: _size(f.path) for f in log_files}
+        sizes = {f: file_size(f.path) for f in log_files}
         if progress:
             progress.start("entry logs", sum(sizes.values()), "B")
         for log_file in log_files:

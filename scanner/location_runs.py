@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import mmap
-import os
 import shutil
 import tempfile
 from array import array

@@ -8,7 +8,6 @@ to a bookie dir by mistake is refused before a single file or directory is creat
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from scanner.statefile import remove_stale_temps, write_atomically

@@ -24,7 +24,7 @@ from scanner.bookie_pass import BookiePass, Stopped
 from scanner.bookie_scan import BookieScanner
 from scanner.checks.findings import Finding
 from scanner.metadata.store import MetadataUnavailable
-from scanner.storage.bookie import BookieStorage, EntryLogFile, open_bookie
+from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size, open_bookie
 from scanner.storage.layout import BookieLayout
 from throttle import Pacer
 
@@ -261,7 +261,7 @@ class LedgerDirWorker:
         self._retune()
         full = self._build_pass()
         self.book.record(full.judge_index())
-        total = sum(_size(f.path) for f in full.log_files)
+        total = sum(file_size(f.path) for f in full.log_files)
         self._advance(phase=ENTRY_LOGS, ledgers_done=full.totals.ledgers_checked,
                       ledgers_total=full.totals.ledgers_checked, bytes_total=total, bytes_done=0)
         self._save()
@@ -328,7 +328,7 @@ class LedgerDirWorker:
         if log_file.entry_log_id in full.vanished:
             vanished = (*vanished, log_file.entry_log_id)
         self._advance(last_log_done=log_file.entry_log_id, entry_log_id=None, entry_log_inode=None, offset=0,
-                      vanished_logs=vanished, bytes_done=base + _size(log_file.path))
+                      vanished_logs=vanished, bytes_done=base + file_size(log_file.path))
 
     def _finish_pass(self) -> None:
         cursor = self.cursor
@@ -406,9 +406,3 @@ def _inode(path: Path) -> int | None:
     except FileNotFoundError:
         return None
 
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0  # garbage collection got there first

@@ -77,6 +77,14 @@ class BookieStorage(abc.ABC):
     def entry_log_path(self, ledger_id: int, entry_log_id: int) -> Path:
         """The file of an entry log a location of ``ledger_id`` names; raises ``MissingEntryLog`` if none."""
 
+    def is_active_log(self, log_file: EntryLogFile, header_has_map: bool) -> bool:
+        """The log the bookie may still be appending to: no ledgers map, and the newest such log of its dir."""
+        if header_has_map:
+            return False
+        same_dir = [f.entry_log_id for f in self.entry_logs()
+                    if f.ledger_dir_index == log_file.ledger_dir_index and file_size(f.path) > 0]
+        return not same_dir or log_file.entry_log_id >= max(same_dir)
+
     def entry_logs(self) -> list[EntryLogFile]:
         """Every ``<hex id>.log`` in the ledger dirs, in (entry log id, dir) order."""
         found = []
@@ -241,6 +249,14 @@ class _UnopenedIndex:
 
     def ledger_records(self) -> Iterator[tuple[int, bytes]]:
         return iter(())
+
+
+def file_size(path) -> int:
+    """The file's size now; 0 when garbage collection already removed it."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
 
 
 def open_bookie(layout: BookieLayout, work_dir: Path | None = None) -> BookieStorage:
