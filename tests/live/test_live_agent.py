@@ -69,19 +69,22 @@ def _inject(bookie, metadata_uri: str) -> dict:
                 if entry_log.header is not None and entry_log.header.ledgers_map_offset > 0:
                     sealed.append(log_file)
         assert len(sealed) >= 3, "the first writer did not fill enough entry logs"
-        by_log: dict[int, list[tuple[int, int, int]]] = {}  # log -> (pos, ledger, entry) of closed, verifiable ledgers
+        by_log: dict[int, list[tuple[int, int, int]]] = {}  # log -> (pos, ledger, entry) of closed ledgers
+        verifiable: set[int] = set()  # closed ledgers whose digest a flipped byte breaks (not DUMMY)
         logs_of: dict[int, set[int]] = {}  # closed ledger -> the logs its entries are in
         for ledger_id, entry_ids, locations in storage.indexed_ledgers():
             meta = store.ledger(ledger_id)
             if meta is None or not meta.is_closed or entry_ids is None:
                 continue
             logs_of[ledger_id] = {raw >> 32 for raw in locations}
-            if meta.digest_type is None or meta.digest_type.name == "DUMMY":
-                continue
+            if meta.digest_type is not None and meta.digest_type.name != "DUMMY":
+                verifiable.add(ledger_id)
             for entry_id, raw in zip(entry_ids, locations):
                 by_log.setdefault(raw >> 32, []).append((raw & 0xFFFFFFFF, ledger_id, entry_id))
-    flip_log, cut_log = [f for f in sealed if len(by_log.get(f.entry_log_id, ())) > 20][:2]
-    pos, flip_ledger, flip_entry = by_log[flip_log.entry_log_id][len(by_log[flip_log.entry_log_id]) // 2]
+    flip_log, cut_log = [f for f in sealed if sum(1 for _, ledger, _ in by_log.get(f.entry_log_id, ())
+                                                  if ledger in verifiable) > 20][:2]
+    flippable = sorted(r for r in by_log[flip_log.entry_log_id] if r[1] in verifiable)
+    pos, flip_ledger, flip_entry = flippable[len(flippable) // 2]
     with open(flip_log.path, "r+b") as f:
         f.seek(pos + 60)  # past the 32-byte header and any digest: payload
         byte = f.read(1)[0]
