@@ -30,10 +30,10 @@ from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterator
 
-from scanner.bookie_scan import BookieScanner, OrphanTrace, Pacer, ScanTotals, Unpaced
+from scanner.bookie_scan import BookieScanner, OrphanTrace, Pacer, ScanTotals, Unpaced, orphan_findings
 from scanner.checks.entry_log_check import judge_entry_log
 from scanner.checks.findings import Category, Finding
-from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults, orphan_finding
+from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults
 from scanner.ledger_table import LedgerTable
 from scanner.location_runs import LocationRuns
 from scanner.metadata.store import LedgerRead
@@ -360,12 +360,7 @@ class BookiePass:
                     faults[ledger_id].append(RecordFault(
                         entry_id, entry_log_id, pos, True, f"entry log {entry_log_id} was not there to walk"))
         findings = self._confirm(sorted(set(faults) | set(self._unindexed)), faults, with_index=set(self._unindexed))
-        for ledger_id in sorted(self._orphans):
-            orphan = self._orphans[ledger_id]
-            finding = orphan_finding(ledger_id, orphan.indexed, orphan.unreadable, orphan.logs)
-            if finding is not None:
-                findings.append(finding)
-        return findings
+        return findings + orphan_findings(self._orphans)
 
     # -- confirmation -------------------------------------------------------------------------
 

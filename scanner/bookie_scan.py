@@ -66,6 +66,17 @@ class OrphanTrace:
     logs: set[int] = field(default_factory=set)
 
 
+def orphan_findings(orphans: dict[int, OrphanTrace]) -> list[Finding]:
+    """One informational finding per ledger the metadata no longer has, in ledger order."""
+    findings = []
+    for ledger_id in sorted(orphans):
+        orphan = orphans[ledger_id]
+        finding = orphan_finding(ledger_id, orphan.indexed, orphan.unreadable, orphan.logs)
+        if finding is not None:
+            findings.append(finding)
+    return findings
+
+
 class BookieScanner:
     """Scans one bookie's storage against a metadata store; reusable step by step by the agent."""
 
@@ -270,13 +281,7 @@ class BookieScanner:
 
     def orphan_findings(self) -> list[Finding]:
         """Informational findings for data of ledgers the metadata no longer has (after both steps)."""
-        findings = []
-        for ledger_id in sorted(self._orphans):
-            orphan = self._orphans[ledger_id]
-            finding = orphan_finding(ledger_id, orphan.indexed, orphan.unreadable, orphan.logs)
-            if finding is not None:
-                findings.append(finding)
-        return findings
+        return orphan_findings(self._orphans)
 
     # -- plumbing -----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from scanner.commands import values
 from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
 
 DESCRIPTION = """\
@@ -37,7 +38,7 @@ def register(subparsers) -> None:
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_bookie_options(parser)
     add_metadata_option(parser)
-    parser.add_argument("--ledger", metavar="ID", type=int, action="append",
+    parser.add_argument("--ledger", metavar="ID", type=values.ledger_id, action="append",
                         help="scan and heal only this ledger (repeatable; default: scan the whole bookie)")
     parser.add_argument("--dry-run", action=argparse.BooleanOptionalAction, default=True,
                         help="judge the peer copies but write nothing (default); --no-dry-run heals")
