@@ -431,6 +431,7 @@ class EntryLog:
         exp_count = j = 0
         next_exp = window_end
         verified = skipped = failed = 0
+        run_ledger, run_bytes, check = -1, 0, None  # the ledger of the current run of records, its bytes so far
         pos = paced = start
         next_stop = start + pace_interval
         next_release = start + RELEASE_INTERVAL
@@ -442,6 +443,9 @@ class EntryLog:
                 if pos >= next_stop:
                     stats.entries_verified, stats.entries_skipped, stats.entries_failed = verified, skipped, failed
                     stats.bytes_scanned = pos - start
+                    if run_bytes:
+                        ledger_bytes[run_ledger] = ledger_bytes.get(run_ledger, 0) + run_bytes
+                        run_bytes = 0
                     if pace is not None:
                         pace(pos - paced)
                     paced = pos
@@ -486,11 +490,15 @@ class EntryLog:
                             next_exp = exp_pos[j] if j < exp_count else window_end
                         pos = following
                         if verifying:
-                            ledger_bytes[ledger_id] = ledger_bytes.get(ledger_id, 0) + length + 4
-                            check = checks.get(ledger_id, False)
-                            if check is False:
-                                verifier = verifiers[ledger_id] = verifier_for(ledger_id)
-                                check = checks[ledger_id] = _check_of(verifier)
+                            if ledger_id != run_ledger:  # records of one ledger mostly come in runs
+                                if run_bytes:
+                                    ledger_bytes[run_ledger] = ledger_bytes.get(run_ledger, 0) + run_bytes
+                                run_ledger, run_bytes = ledger_id, 0
+                                check = checks.get(ledger_id, False)
+                                if check is False:
+                                    verifier = verifiers[ledger_id] = verifier_for(ledger_id)
+                                    check = checks[ledger_id] = _check_of(verifier)
+                            run_bytes += length + 4
                             if check is None:
                                 skipped += 1
                             elif check is _INLINE_CRC32C:  # most ledgers: the digest is computed right here
@@ -526,6 +534,8 @@ class EntryLog:
         finally:  # also when the consumer stops early: the counters stay true
             stats.entries_verified, stats.entries_skipped, stats.entries_failed = verified, skipped, failed
             stats.bytes_scanned = pos - start
+            if run_bytes:
+                ledger_bytes[run_ledger] = ledger_bytes.get(run_ledger, 0) + run_bytes
             guest.release_all()
 
     def _chunk(self, guest: PageCacheGuest, pos: int, length: int, end: int) -> memoryview:
