@@ -254,6 +254,7 @@ class EntryLog:
         self._ledgers_map: dict[int, int] | None = None
         self._ledgers_map_read = False
         self._fd = _open_read_only(self.path, entry_log_id)
+        self._guest = PageCacheGuest(self._fd)  # every read, header and map too: what it fetched goes on close
         try:
             self.size = os.fstat(self._fd).st_size
             self.header = self._read_header()
@@ -264,6 +265,7 @@ class EntryLog:
 
     def close(self) -> None:
         if self._fd >= 0:
+            self._guest.release_all()
             os.close(self._fd)
             self._fd = -1
 
@@ -285,7 +287,7 @@ class EntryLog:
     def _pread(self, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes at ``offset``: fewer when the file ends (or shrank) before."""
         try:
-            return os.pread(self._fd, length, offset)
+            return bytes(self._guest.read(offset, length))
         except OSError as exc:
             raise UnreadableEntryLog(self.path, self.entry_log_id, offset,
                                      f"read of {length} bytes failed: {exc.strerror}") from exc
@@ -435,7 +437,7 @@ class EntryLog:
         pos = paced = start
         next_stop = start + pace_interval
         next_release = start + RELEASE_INTERVAL
-        guest = PageCacheGuest(self._fd)
+        guest = self._guest
         chunk_base, chunk = start, memoryview(b"")
         chunk_length = 0
         try:
@@ -540,7 +542,7 @@ class EntryLog:
 
     def _chunk(self, guest: PageCacheGuest, pos: int, length: int, end: int) -> memoryview:
         try:
-            return guest.read(pos, min(length, end - pos))
+            return guest.read(pos, min(length, end - pos), ahead=True)
         except OSError as exc:
             self._report(UnreadableEntryLog(self.path, self.entry_log_id, pos,
                                             f"read of {min(length, end - pos)} bytes failed: {exc.strerror}"))
