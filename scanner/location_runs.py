@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from scanner.storage.entrylog import ExpectedRecords
-from scanner.storage.location import uint64_array
+from scanner.storage.location import arrow_view, uint64_array
 
 RUN_ENTRIES = 1 << 18  # locations sorted in memory at once: 6 MiB of arrays
 WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk
@@ -63,6 +63,7 @@ class LocationRuns:
         self._run_entries = run_entries
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
         self._runs: list[_Run] = []
+        self._log_ids: set[int] = set()  # every entry log some location points into
         self.count = 0
 
     def add(self, ledger_id: int, entry_ids: array, raw_locations: array) -> None:
@@ -84,26 +85,20 @@ class LocationRuns:
         import pyarrow.compute as pc
 
         count = len(self._locations)
-        columns = [pa.Array.from_buffers(pa.uint64(), count, [None, pa.py_buffer(c)])
-                   for c in (self._locations, self._ledger_ids, self._entry_ids)]
+        columns = [arrow_view(c) for c in (self._locations, self._ledger_ids, self._entry_ids)]
         order = pc.sort_indices(columns[0])
         path = self._dir / f"run-{len(self._runs)}"
         with open(path, "wb") as f:
             for column in columns:
                 uint64_array(pc.take(column, order)).tofile(f)
+        self._log_ids.update(pc.unique(pc.shift_right(columns[0], pa.scalar(32, pa.uint64()))).to_pylist())
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
         self._runs.append(_Run(path, count))
 
     def entry_log_ids(self) -> list[int]:
-        """Every entry log some location points into, ascending."""
-        found: set[int] = set()
-        for run in self._runs:
-            i = 0
-            while i < run.count:
-                log_id = run.locations[i] >> 32
-                found.add(log_id)
-                i = run.span((log_id + 1) << 32, 1 << 64, i)[0]
-        return sorted(found)
+        """Every entry log some location points into, ascending (noted while spilling: looking them up in
+        the runs would page every run's locations in)."""
+        return sorted(self._log_ids)
 
     def windows(self, entry_log_id: int, start_pos: int = 0) -> Iterator[ExpectedRecords]:
         """The log's expected records from ``start_pos`` on, ascending by pos, a window of positions at a time."""
