@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    allocator.keep_mmap_threshold()
+    allocator.give_back_freed_buffers()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -103,18 +103,20 @@ class LocationRuns:
     def windows(self, entry_log_id: int, start_pos: int = 0) -> Iterator[ExpectedRecords]:
         """The log's expected records from ``start_pos`` on, ascending by pos, a window of positions at a time."""
         base = entry_log_id << 32
-        spans = [run.span(base + start_pos, base + (1 << 32)) for run in self._runs]
-        low = start_pos
-        while any(i < j for i, j in spans):
-            high = min(low + WINDOW_BYTES, 1 << 32)
-            cut = [run.span(base + low, base + high, i)[1] for run, (i, _) in zip(self._runs, spans)]
-            taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
-            spans = [(c, j) for (_, j), c in zip(spans, cut)]
-            if taken:
-                yield _sorted_window(taken, high if any(i < j for i, j in spans) else 1 << 64)
-            low = high
-        for run in self._runs:
-            run.forget()
+        try:
+            spans = [run.span(base + start_pos, base + (1 << 32)) for run in self._runs]
+            low = start_pos
+            while any(i < j for i, j in spans):
+                high = min(low + WINDOW_BYTES, 1 << 32)
+                cut = [run.span(base + low, base + high, i)[1] for run, (i, _) in zip(self._runs, spans)]
+                taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
+                spans = [(c, j) for (_, j), c in zip(spans, cut)]
+                if taken:
+                    yield _sorted_window(taken, high if any(i < j for i, j in spans) else 1 << 64)
+                low = high
+        finally:  # also when the walk stops taking windows: a log's records end before its last indexed one
+            for run in self._runs:
+                run.forget()
 
     def close(self) -> None:
         for run in self._runs:
