@@ -418,11 +418,13 @@ def _parallel_pass(layout, bookie_id: str, storage_kind: str, parallel: Parallel
 
 def _dir_pass(layout, bookie_id: str, metadata_uri: str, rate, scratch, dir_index: int):
     """One ledger dir's full pass, in a process of its own."""
+    from scanner import allocator
     from scanner.bookie_pass import BookiePass
     from scanner.metadata.uri import open_metadata
     from scanner.storage.bookie import open_bookie
     from throttle import Pacer as RatePacer
 
+    allocator.give_back_freed_buffers()  # a spawned process starts with the C library's defaults
     with open_metadata(metadata_uri) as store, open_bookie(layout, scratch) as storage, \
             BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(layout, scratch),
                        RatePacer(bytes_per_second=rate), dir_index=dir_index) as full:

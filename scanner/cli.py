@@ -7,6 +7,8 @@ import importlib
 import sys
 from typing import NoReturn
 
+from scanner import allocator
+
 # Each module defines ``register(subparsers)``, which adds its parser and sets ``func`` (args -> exit code).
 # Modules import their heavy dependencies (kazoo, pyspark, rocksdict) inside ``func``, so --help stays fast.
 COMMAND_MODULES = (
@@ -71,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    allocator.give_back_freed_buffers()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from scanner.storage.entrylog import ExpectedRecords
-from scanner.storage.location import uint64_array
+from scanner.storage.location import arrow_view, uint64_array
 
 RUN_ENTRIES = 1 << 18  # locations sorted in memory at once: 6 MiB of arrays
 BATCH_ENTRIES = 1 << 18  # locations of consecutive logs gathered at once for their walks: 8 MiB of arrays
@@ -65,7 +65,8 @@ class LocationRuns:
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
         self._runs: list[_Run] = []
         self._batch: _Batch | None = None
-        self._log_ids: list[int] | None = None  # once the runs are complete
+        self._log_ids: set[int] = set()  # every entry log some location points into
+        self._sorted_log_ids: list[int] | None = None  # once the runs are complete
         self.count = 0
 
     def add(self, ledger_id: int, entry_ids: array, raw_locations: array) -> None:
@@ -87,31 +88,22 @@ class LocationRuns:
         import pyarrow.compute as pc
 
         count = len(self._locations)
-        columns = [pa.Array.from_buffers(pa.uint64(), count, [None, pa.py_buffer(c)])
-                   for c in (self._locations, self._ledger_ids, self._entry_ids)]
+        columns = [arrow_view(c) for c in (self._locations, self._ledger_ids, self._entry_ids)]
         order = pc.sort_indices(columns[0])
         path = self._dir / f"run-{len(self._runs)}"
         with open(path, "wb") as f:
             for column in columns:
                 uint64_array(pc.take(column, order)).tofile(f)
+        self._log_ids.update(pc.unique(pc.shift_right(columns[0], pa.scalar(32, pa.uint64()))).to_pylist())
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
         self._runs.append(_Run(path, count))
 
     def entry_log_ids(self) -> list[int]:
-        """Every entry log some location points into, ascending."""
-        if self._log_ids is None:
-            self._log_ids = self._find_log_ids()
-        return self._log_ids
-
-    def _find_log_ids(self) -> list[int]:
-        found: set[int] = set()
-        for run in self._runs:
-            i = 0
-            while i < run.count:
-                log_id = run.locations[i] >> 32
-                found.add(log_id)
-                i = run.span((log_id + 1) << 32, 1 << 64, i)[0]
-        return sorted(found)
+        """Every entry log some location points into, ascending (noted while spilling: looking them up in
+        the runs would page every run's locations in)."""
+        if self._sorted_log_ids is None:
+            self._sorted_log_ids = sorted(self._log_ids)
+        return self._sorted_log_ids
 
     def windows(self, entry_log_id: int, start_pos: int = 0) -> Iterator[ExpectedRecords]:
         """The log's expected records from ``start_pos`` on, ascending by pos, a window of positions at a time.
@@ -160,20 +152,22 @@ class LocationRuns:
         return sum(j - i for i, j in (run.span(low, high) for run in self._runs))
 
     def _gather_windows(self, base: int, start_pos: int) -> Iterator[ExpectedRecords]:
-        spans = [run.span(base + start_pos, base + (1 << 32)) for run in self._runs]
-        low = start_pos
-        while any(i < j for i, j in spans):
-            high = min(low + WINDOW_BYTES, 1 << 32)
-            cut = [run.span(base + low, base + high, i)[1] for run, (i, _) in zip(self._runs, spans)]
-            taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
-            spans = [(c, j) for (_, j), c in zip(spans, cut)]
-            if taken:
-                locations, ledger_ids, entry_ids = _sorted_columns(taken)
-                yield ExpectedRecords(_positions(locations), ledger_ids, entry_ids,
-                                      high if any(i < j for i, j in spans) else 1 << 64)
-            low = high
-        for run in self._runs:
-            run.forget()
+        try:
+            spans = [run.span(base + start_pos, base + (1 << 32)) for run in self._runs]
+            low = start_pos
+            while any(i < j for i, j in spans):
+                high = min(low + WINDOW_BYTES, 1 << 32)
+                cut = [run.span(base + low, base + high, i)[1] for run, (i, _) in zip(self._runs, spans)]
+                taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
+                spans = [(c, j) for (_, j), c in zip(spans, cut)]
+                if taken:
+                    locations, ledger_ids, entry_ids = _sorted_columns(taken)
+                    yield ExpectedRecords(_positions(locations), ledger_ids, entry_ids,
+                                          high if any(i < j for i, j in spans) else 1 << 64)
+                low = high
+        finally:  # also when the walk stops taking windows: a log's records end before its last indexed one
+            for run in self._runs:
+                run.forget()
 
     def close(self) -> None:
         for run in self._runs:
@@ -233,5 +227,4 @@ def _positions(locations: array) -> array:
 
     if not locations:
         return array("Q")
-    values = pa.Array.from_buffers(pa.uint64(), len(locations), [None, pa.py_buffer(locations)])
-    return uint64_array(pc.bit_wise_and(values, pa.scalar(_POS_MASK, pa.uint64())))
+    return uint64_array(pc.bit_wise_and(arrow_view(locations), pa.scalar(_POS_MASK, pa.uint64())))

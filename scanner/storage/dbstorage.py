@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
-from rocksdict import AccessType, Options, Rdict
+from rocksdict import AccessType, Options, Rdict, ReadOptions
 
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation
@@ -36,7 +36,7 @@ LEDGERS_DB = "ledgers"
 LOCATIONS_DB = "locations"
 # files RocksDB only reads in a read-only open; WAL files share the .log suffix with nothing else here
 _DB_FILES = re.compile(r"CURRENT|IDENTITY|MANIFEST-\d+|OPTIONS-\d+|\d+\.(?:sst|log|blob)")
-_LOCATION_BATCH = 65536
+_LOCATION_BATCH = 4096  # pairs a cursor hands over at once: each is two bytes objects
 _LITTLE_ENDIAN_HOST = sys.byteorder == "little"
 _OPEN_ATTEMPTS = 3  # a live bookie may replace a file between listing the dir and opening it
 
@@ -131,7 +131,8 @@ class ReadOnlyRocksDb:
     def batches_from(self, start: bytes, size: int) -> Iterator[tuple[list[bytes], list[bytes]]]:
         """(keys, values) from the first key >= ``start`` on, ``size`` pairs at a time."""
         keys, values = [], []
-        for key, value in self._db.items(from_key=start):  # one call per pair, not four on a cursor
+        # one call per pair, not four on a cursor
+        for key, value in self._db.items(from_key=start, read_opt=_passing_through()):
             keys.append(key)
             values.append(value)
             if len(keys) >= size:
@@ -142,11 +143,22 @@ class ReadOnlyRocksDb:
 
     def items_from(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs in bytewise key order from the first key >= ``start``."""
-        cursor = self._db.iter()
+        cursor = self._db.iter(_passing_through())
         cursor.seek(start)
         while cursor.valid():
             yield cursor.key(), cursor.value()
             cursor.next()
+
+
+def _passing_through() -> ReadOptions:
+    """Read options of a cursor: the blocks it reads are not kept in the block cache.
+
+    A pass reads each block of the index once, in key order; cached, they would only fill the cache to its
+    capacity and stay there (8 MiB from about a million locations on), growing the process with the index.
+    """
+    options = ReadOptions()
+    options.fill_cache(False)
+    return options
 
 
 class DbLedgerIndex:

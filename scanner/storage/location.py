@@ -5,6 +5,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 
+_ARROW_TYPES = {"Q": "uint64", "I": "uint32", "B": "uint8"}  # array typecodes of the unsigned ints used here
+
 # Below this many slots a Python comprehension beats the set-up of a vectorised filter.
 _VECTOR_THRESHOLD = 512
 
@@ -32,7 +34,7 @@ def nonzero_slots(slots: array, first_entry_id: int) -> tuple[array, array]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    values = pa.Array.from_buffers(pa.uint64(), len(slots), [None, pa.py_buffer(slots)])
+    values = arrow_view(slots)
     where = pc.indices_nonzero(values)
     found = pc.take(values, where)
     ids = pc.add(where, pa.scalar(first_entry_id, pa.uint64())) if first_entry_id else where
@@ -41,8 +43,21 @@ def nonzero_slots(slots: array, first_entry_id: int) -> tuple[array, array]:
 
 def uint64_array(values) -> array:
     """A pyarrow uint64 array without nulls as ``array('Q')`` (one copy, no Python object per value)."""
-    out = array("Q")
+    return native_array(values, "Q")
+
+
+def native_array(values, typecode: str) -> array:
+    """A pyarrow array of fixed-width numbers without nulls as ``array(typecode)`` of the same width."""
+    out = array(typecode)
     if len(values):
-        buffer = values.buffers()[1]
-        out.frombytes(memoryview(buffer)[values.offset * 8:(values.offset + len(values)) * 8])
+        width = out.itemsize
+        out.frombytes(memoryview(values.buffers()[1])[values.offset * width:(values.offset + len(values)) * width])
     return out
+
+
+def arrow_view(values: array):
+    """An ``array`` of unsigned ints as a pyarrow array over the same memory (no copy: keep ``values`` unchanged)."""
+    import pyarrow as pa
+
+    kind = getattr(pa, _ARROW_TYPES[values.typecode])()
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])

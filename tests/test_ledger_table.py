@@ -1,0 +1,57 @@
+"""The pass's compact table of ledgers: appended in any order, looked up by id once frozen."""
+
+from __future__ import annotations
+
+import random
+
+from scanner.ledger_table import LedgerTable
+from scanner.storage.entry import DigestType, build_entry
+
+PASSWORDS = (b"", b"secret", b"other")
+
+
+def digest_of_ledger(ledger_id: int) -> DigestType | None:
+    return None if ledger_id % 7 == 0 else list(DigestType)[ledger_id % len(DigestType)]
+
+
+def test_ledgers_added_out_of_order_keep_their_digest_type_and_password():
+    ids = list(range(5, 60_000, 3))  # enough that the table is sorted in bulk, not one by one
+    random.Random(9).shuffle(ids)
+    table = LedgerTable()
+    for ledger_id in ids:
+        table.add(ledger_id, digest_of_ledger(ledger_id), PASSWORDS[ledger_id % 3])
+    table.freeze()
+    assert len(table) == len(ids)
+    assert list(table._ids) == sorted(ids)
+    for ledger_id in ids[:2000]:
+        listed, verifier = table.lookup(ledger_id)
+        assert listed
+        if digest_of_ledger(ledger_id) is None:
+            assert verifier is None
+            continue
+        assert verifier.digest_type is digest_of_ledger(ledger_id)
+        entry = build_entry(ledger_id, 0, -1, 3, b"abc", verifier.digest_type, PASSWORDS[ledger_id % 3])
+        assert verifier.verify(memoryview(entry))
+        if verifier.digest_type is DigestType.HMAC:  # the password went with its ledger through the sort
+            wrong = build_entry(ledger_id, 0, -1, 3, b"abc", DigestType.HMAC, PASSWORDS[(ledger_id + 1) % 3])
+            assert not verifier.verify(memoryview(wrong))
+    assert 6 not in table and 60_002 not in table
+    assert table.lookup(4) == (False, None)
+
+
+def test_a_table_appended_in_order_is_looked_up_without_a_sort():
+    table = LedgerTable()
+    for ledger_id in (1, 2, 10, 2**63 - 1):
+        table.add(ledger_id, DigestType.CRC32C, None)
+    assert 2**63 - 1 in table and 3 not in table
+    assert table.verifier(10).digest_type is DigestType.CRC32C
+
+
+def test_more_kinds_than_a_byte_numbers_keep_their_ledgers_apart():
+    table = LedgerTable()
+    for ledger_id in range(600, 0, -1):  # 600 passwords: the kind numbers outgrow a byte, out of order
+        table.add(ledger_id, DigestType.HMAC, b"password %d" % ledger_id)
+    for ledger_id in (1, 255, 256, 257, 600):
+        verifier = table.verifier(ledger_id)
+        for password, right in ((b"password %d" % ledger_id, True), (b"password 0", False)):
+            assert verifier.verify(memoryview(build_entry(ledger_id, 0, -1, 1, b"x", DigestType.HMAC, password))) is right

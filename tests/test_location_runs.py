@@ -1,0 +1,42 @@
+"""The index's locations sorted by where they point, in runs spilled to scratch files, served per entry log."""
+
+from __future__ import annotations
+
+import random
+from array import array
+
+from scanner.location_runs import LocationRuns
+
+
+def encoded(entry_log_id: int, pos: int) -> int:
+    return entry_log_id << 32 | pos
+
+
+def test_locations_from_many_runs_come_back_per_log_in_position_order(tmp_path):
+    rng = random.Random(4)
+    placed = {}  # (ledger, entry) -> (log, pos)
+    logs = [0, 3, 7, 0x1A, 2**31]
+    with LocationRuns(tmp_path, run_entries=50) as runs:  # several runs: each log's records are spread over them
+        for ledger_id in range(1, 80):
+            entries = array("Q", range(rng.randrange(1, 9)))
+            where = [(rng.choice(logs[:-1]), 1024 + 100 * len(placed) + k) for k in range(len(entries))]
+            placed.update({(ledger_id, e): w for e, w in zip(entries, where)})
+            runs.add(ledger_id, entries, array("Q", (encoded(*w) for w in where)))
+        runs.add(80, array("Q", [0]), array("Q", [encoded(logs[-1], 4096)]))
+        placed[(80, 0)] = (logs[-1], 4096)
+        runs.finish()
+        assert runs.count == len(placed)
+        assert runs.entry_log_ids() == sorted({log for log, _ in placed.values()})
+        for log in logs:
+            served = [(pos, ledger, entry) for window in runs.windows(log)
+                      for pos, ledger, entry in zip(window.pos, window.ledger_ids, window.entry_ids)]
+            assert served == sorted((pos, ledger, entry) for (ledger, entry), (at, pos) in placed.items() if at == log)
+        later = [pos for window in runs.windows(3, start_pos=3000) for pos in window.pos]
+        assert later == sorted(pos for at, pos in placed.values() if at == 3 and pos >= 3000)
+        assert runs.entry_log_ids() == sorted({log for log, _ in placed.values()})  # unchanged by the walks
+
+
+def test_no_locations_no_logs(tmp_path):
+    with LocationRuns(tmp_path) as runs:
+        runs.finish()
+        assert runs.entry_log_ids() == [] and list(runs.windows(0)) == []
