@@ -3,15 +3,18 @@
 The pass reads the index in its own order (ledger by ledger) and the entry logs in theirs (log by log,
 front to back). To check that every location the index holds is a record of that entry without a
 random read per entry, the locations are sorted by (entry log, pos) in runs of bounded size, each
-written to a file; the walk of a log then gathers that log's slice of every run, a window of
+appended to a file; the walk of a log then gathers that log's slice of every run, a window of
 positions at a time, so memory holds one run while sorting and one window while walking, however
 many ledgers, entries and logs the bookie has.
+
+The file is read with ``pread``, not mapped: a mapped file's pages count in the process's memory, and the
+kernel maps a whole folio (up to megabytes) around each page a search touches.
 """
 
 from __future__ import annotations
 
 import bisect
-import mmap
+import os
 import shutil
 import tempfile
 from array import array
@@ -23,36 +26,43 @@ from scanner.storage.location import arrow_view, uint64_array
 
 RUN_ENTRIES = 1 << 18  # locations sorted in memory at once: 6 MiB of arrays
 WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk
+FENCE = 512  # one location in this many stays in memory: a search reads the 4 KiB between two of them
 _POS_MASK = 0xFFFFFFFF
+_WIDTH = 8  # bytes of a native uint64
 
 
 class _Run:
-    """One sorted run on disk: three native uint64 columns (location, ledger, entry), mapped read-only."""
+    """One sorted run in the runs file: three native uint64 columns (location, ledger, entry) from ``offset``."""
 
-    def __init__(self, path: Path, count: int):
-        self.count = count
-        with open(path, "rb") as f:
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if count else None
-        view = memoryview(self._map).cast("Q") if count else memoryview(array("Q"))
-        self.locations = view[:count]
-        self.ledger_ids = view[count:2 * count]
-        self.entry_ids = view[2 * count:]
+    __slots__ = ("_fd", "_offset", "count", "_fences")
+
+    def __init__(self, fd: int, offset: int, locations: array):
+        self._fd = fd
+        self._offset = offset
+        self.count = len(locations)
+        self._fences = locations[::FENCE]
 
     def span(self, low: int, high: int, start: int = 0) -> tuple[int, int]:
         """Indexes [i, j) of the locations in [low, high), searching from ``start``."""
-        i = bisect.bisect_left(self.locations, low, start)
-        return i, bisect.bisect_left(self.locations, high, i)
+        i = self._first_at_least(low, start)
+        return i, self._first_at_least(high, i)
 
-    def forget(self) -> None:
-        """Let the kernel take back the pages read so far (they are our own file's, not the bookie's)."""
-        if self._map is not None:
-            self._map.madvise(mmap.MADV_DONTNEED)
+    def _first_at_least(self, value: int, start: int) -> int:
+        """The index of the first location >= ``value`` from ``start`` on (``count`` if none)."""
+        block = bisect.bisect_left(self._fences, value) - 1  # it lies in the FENCE locations after this fence
+        if block < 0:
+            return start
+        first = block * FENCE
+        if start >= first + FENCE:
+            return start
+        return max(start, first + bisect.bisect_left(self.column(0, first, min(first + FENCE, self.count)), value))
 
-    def close(self) -> None:
-        for view in (self.locations, self.ledger_ids, self.entry_ids):
-            view.release()
-        if self._map is not None:
-            self._map.close()
+    def column(self, which: int, i: int, j: int) -> array:
+        """Entries [i, j) of column ``which`` (0 locations, 1 ledger ids, 2 entry ids)."""
+        values = array("Q")
+        if j > i:
+            values.frombytes(os.pread(self._fd, (j - i) * _WIDTH, self._offset + (which * self.count + i) * _WIDTH))
+        return values
 
 
 class LocationRuns:
@@ -60,6 +70,7 @@ class LocationRuns:
 
     def __init__(self, scratch: Path | None, run_entries: int = RUN_ENTRIES):
         self._dir = Path(tempfile.mkdtemp(prefix="locations-", dir=scratch))
+        self._file = open(self._dir / "runs", "w+b")  # every run, one after the other
         self._run_entries = run_entries
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
         self._runs: list[_Run] = []
@@ -87,41 +98,38 @@ class LocationRuns:
         count = len(self._locations)
         columns = [arrow_view(c) for c in (self._locations, self._ledger_ids, self._entry_ids)]
         order = pc.sort_indices(columns[0])
-        path = self._dir / f"run-{len(self._runs)}"
-        with open(path, "wb") as f:
-            for column in columns:
-                uint64_array(pc.take(column, order)).tofile(f)
+        offset = self._file.tell()
+        locations = uint64_array(pc.take(columns[0], order))
+        locations.tofile(self._file)
+        for column in columns[1:]:
+            uint64_array(pc.take(column, order)).tofile(self._file)
+        self._file.flush()
         self._log_ids.update(pc.unique(pc.shift_right(columns[0], pa.scalar(32, pa.uint64()))).to_pylist())
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
-        self._runs.append(_Run(path, count))
+        self._runs.append(_Run(self._file.fileno(), offset, locations))
 
     def entry_log_ids(self) -> list[int]:
         """Every entry log some location points into, ascending (noted while spilling: looking them up in
-        the runs would page every run's locations in)."""
+        the runs would read every run's locations)."""
         return sorted(self._log_ids)
 
     def windows(self, entry_log_id: int, start_pos: int = 0) -> Iterator[ExpectedRecords]:
         """The log's expected records from ``start_pos`` on, ascending by pos, a window of positions at a time."""
         base = entry_log_id << 32
-        try:
-            spans = [run.span(base + start_pos, base + (1 << 32)) for run in self._runs]
-            low = start_pos
-            while any(i < j for i, j in spans):
-                high = min(low + WINDOW_BYTES, 1 << 32)
-                cut = [run.span(base + low, base + high, i)[1] for run, (i, _) in zip(self._runs, spans)]
-                taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
-                spans = [(c, j) for (_, j), c in zip(spans, cut)]
-                if taken:
-                    yield _sorted_window(taken, high if any(i < j for i, j in spans) else 1 << 64)
-                low = high
-        finally:  # also when the walk stops taking windows: a log's records end before its last indexed one
-            for run in self._runs:
-                run.forget()
+        spans = [run.span(base + start_pos, base + (1 << 32)) for run in self._runs]
+        low = start_pos
+        while any(i < j for i, j in spans):
+            high = min(low + WINDOW_BYTES, 1 << 32)
+            cut = [run.span(base + low, base + high, i)[1] for run, (i, _) in zip(self._runs, spans)]
+            taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
+            spans = [(c, j) for (_, j), c in zip(spans, cut)]
+            if taken:
+                yield _sorted_window(taken, high if any(i < j for i, j in spans) else 1 << 64)
+            low = high
 
     def close(self) -> None:
-        for run in self._runs:
-            run.close()
         self._runs.clear()
+        self._file.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> "LocationRuns":
@@ -135,11 +143,10 @@ def _sorted_window(taken: list[tuple[_Run, int, int]], end: int) -> ExpectedReco
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    def column(part: str) -> "pa.Array":
-        return pa.concat_arrays([pa.Array.from_buffers(pa.uint64(), j - i, [None, pa.py_buffer(getattr(run, part)[i:j])])
-                                 for run, i, j in taken])
+    def column(which: int) -> "pa.Array":
+        return pa.concat_arrays([arrow_view(run.column(which, i, j)) for run, i, j in taken])
 
-    locations, ledger_ids, entry_ids = column("locations"), column("ledger_ids"), column("entry_ids")
+    locations, ledger_ids, entry_ids = column(0), column(1), column(2)
     if len(taken) > 1:  # each run is sorted; their slices interleave
         order = pc.sort_indices(locations)
         locations, ledger_ids, entry_ids = (pc.take(c, order) for c in (locations, ledger_ids, entry_ids))
