@@ -43,7 +43,7 @@ class LedgerTable:
         """Sort by ledger id (after appends out of order) so lookups can bisect.
 
         Sorted by pyarrow: a sort in Python would hold an int object per ledger (tens of MB at a million
-        ledgers) for a moment.
+        ledgers) for a moment; this holds at most three columns of ids (the unsorted, the order, the sorted).
         """
         if self._frozen:
             return
@@ -51,8 +51,11 @@ class LedgerTable:
             import pyarrow.compute as pc
 
             order = pc.sort_indices(arrow_view(self._ids))
-            self._ids = native_array(pc.take(arrow_view(self._ids), order), "Q")
-            self._kinds = native_array(pc.take(arrow_view(self._kinds), order), self._kinds.typecode)
+            ids, kinds = pc.take(arrow_view(self._ids), order), pc.take(arrow_view(self._kinds), order)
+            del order
+            typecode = self._kinds.typecode
+            self._ids, self._kinds = array("Q"), array(typecode)  # the unsorted columns go before the copies come
+            self._ids, self._kinds = native_array(ids, "Q"), native_array(kinds, typecode)
         self._frozen = True
 
     def __contains__(self, ledger_id: int) -> bool:

@@ -3,15 +3,19 @@
 The pass reads the index in its own order (ledger by ledger) and the entry logs in theirs (log by log,
 front to back). To check that every location the index holds is a record of that entry without a
 random read per entry, the locations are sorted by (entry log, pos) in runs of bounded size, each
-written to a file; the walk of a log then gathers that log's slice of every run, a window of
-positions at a time, so memory holds one run while sorting and one window while walking, however
-many ledgers, entries and logs the bookie has.
+appended to a file; the walks then gather their logs' slices of every run, the next logs' together
+up to a bounded batch (a log with more locations than that alone, a window of positions at a time),
+so memory holds one run while sorting and one batch while walking, however many ledgers, entries
+and logs the bookie has.
+
+The file is read with ``pread``, not mapped: a mapped file's pages count in the process's memory, and the
+kernel maps a whole folio (up to megabytes) around each page a search touches.
 """
 
 from __future__ import annotations
 
 import bisect
-import mmap
+import os
 import shutil
 import tempfile
 from array import array
@@ -24,36 +28,43 @@ from scanner.storage.location import arrow_view, uint64_array
 RUN_ENTRIES = 1 << 18  # locations sorted in memory at once: 6 MiB of arrays
 BATCH_ENTRIES = 1 << 18  # locations of consecutive logs gathered at once for their walks: 8 MiB of arrays
 WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk, when it alone has more
+FENCE = 512  # one location in this many stays in memory: a search reads the 4 KiB between two of them
 _POS_MASK = 0xFFFFFFFF
+_WIDTH = 8  # bytes of a native uint64
 
 
 class _Run:
-    """One sorted run on disk: three native uint64 columns (location, ledger, entry), mapped read-only."""
+    """One sorted run in the runs file: three native uint64 columns (location, ledger, entry) from ``offset``."""
 
-    def __init__(self, path: Path, count: int):
-        self.count = count
-        with open(path, "rb") as f:
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if count else None
-        view = memoryview(self._map).cast("Q") if count else memoryview(array("Q"))
-        self.locations = view[:count]
-        self.ledger_ids = view[count:2 * count]
-        self.entry_ids = view[2 * count:]
+    __slots__ = ("_fd", "_offset", "count", "_fences")
+
+    def __init__(self, fd: int, offset: int, locations: array):
+        self._fd = fd
+        self._offset = offset
+        self.count = len(locations)
+        self._fences = locations[::FENCE]
 
     def span(self, low: int, high: int, start: int = 0) -> tuple[int, int]:
         """Indexes [i, j) of the locations in [low, high), searching from ``start``."""
-        i = bisect.bisect_left(self.locations, low, start)
-        return i, bisect.bisect_left(self.locations, high, i)
+        i = self._first_at_least(low, start)
+        return i, self._first_at_least(high, i)
 
-    def forget(self) -> None:
-        """Let the kernel take back the pages read so far (they are our own file's, not the bookie's)."""
-        if self._map is not None:
-            self._map.madvise(mmap.MADV_DONTNEED)
+    def _first_at_least(self, value: int, start: int) -> int:
+        """The index of the first location >= ``value`` from ``start`` on (``count`` if none)."""
+        block = bisect.bisect_left(self._fences, value) - 1  # it lies in the FENCE locations after this fence
+        if block < 0:
+            return start
+        first = block * FENCE
+        if start >= first + FENCE:
+            return start
+        return max(start, first + bisect.bisect_left(self.column(0, first, min(first + FENCE, self.count)), value))
 
-    def close(self) -> None:
-        for view in (self.locations, self.ledger_ids, self.entry_ids):
-            view.release()
-        if self._map is not None:
-            self._map.close()
+    def column(self, which: int, i: int, j: int) -> array:
+        """Entries [i, j) of column ``which`` (0 locations, 1 ledger ids, 2 entry ids)."""
+        values = array("Q")
+        if j > i:
+            values.frombytes(os.pread(self._fd, (j - i) * _WIDTH, self._offset + (which * self.count + i) * _WIDTH))
+        return values
 
 
 class LocationRuns:
@@ -61,12 +72,13 @@ class LocationRuns:
 
     def __init__(self, scratch: Path | None, run_entries: int = RUN_ENTRIES):
         self._dir = Path(tempfile.mkdtemp(prefix="locations-", dir=scratch))
+        self._file = open(self._dir / "runs", "w+b")  # every run, one after the other
         self._run_entries = run_entries
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
         self._runs: list[_Run] = []
-        self._batch: _Batch | None = None
         self._log_ids: set[int] = set()  # every entry log some location points into
         self._sorted_log_ids: list[int] | None = None  # once the runs are complete
+        self._batch: _Batch | None = None
         self.count = 0
 
     def add(self, ledger_id: int, entry_ids: array, raw_locations: array) -> None:
@@ -90,17 +102,19 @@ class LocationRuns:
         count = len(self._locations)
         columns = [arrow_view(c) for c in (self._locations, self._ledger_ids, self._entry_ids)]
         order = pc.sort_indices(columns[0])
-        path = self._dir / f"run-{len(self._runs)}"
-        with open(path, "wb") as f:
-            for column in columns:
-                uint64_array(pc.take(column, order)).tofile(f)
+        offset = self._file.tell()
+        locations = uint64_array(pc.take(columns[0], order))
+        locations.tofile(self._file)
+        for column in columns[1:]:
+            uint64_array(pc.take(column, order)).tofile(self._file)
+        self._file.flush()
         self._log_ids.update(pc.unique(pc.shift_right(columns[0], pa.scalar(32, pa.uint64()))).to_pylist())
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
-        self._runs.append(_Run(path, count))
+        self._runs.append(_Run(self._file.fileno(), offset, locations))
 
     def entry_log_ids(self) -> list[int]:
         """Every entry log some location points into, ascending (noted while spilling: looking them up in
-        the runs would page every run's locations in)."""
+        the runs would read every run's locations)."""
         if self._sorted_log_ids is None:
             self._sorted_log_ids = sorted(self._log_ids)
         return self._sorted_log_ids
@@ -143,36 +157,28 @@ class LocationRuns:
             else:
                 break
         taken = [(run, *run.span(low, end_log << 32)) for run in self._runs]
-        batch = _Batch(entry_log_id, end_log, low, *_sorted_columns([(run, i, j) for run, i, j in taken if j > i]))
-        for run in self._runs:
-            run.forget()
-        return batch
+        return _Batch(entry_log_id, end_log, low, *_sorted_columns([(run, i, j) for run, i, j in taken if j > i]))
 
     def _count(self, low: int, high: int) -> int:
         return sum(j - i for i, j in (run.span(low, high) for run in self._runs))
 
     def _gather_windows(self, base: int, start_pos: int) -> Iterator[ExpectedRecords]:
-        try:
-            spans = [run.span(base + start_pos, base + (1 << 32)) for run in self._runs]
-            low = start_pos
-            while any(i < j for i, j in spans):
-                high = min(low + WINDOW_BYTES, 1 << 32)
-                cut = [run.span(base + low, base + high, i)[1] for run, (i, _) in zip(self._runs, spans)]
-                taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
-                spans = [(c, j) for (_, j), c in zip(spans, cut)]
-                if taken:
-                    locations, ledger_ids, entry_ids = _sorted_columns(taken)
-                    yield ExpectedRecords(_positions(locations), ledger_ids, entry_ids,
-                                          high if any(i < j for i, j in spans) else 1 << 64)
-                low = high
-        finally:  # also when the walk stops taking windows: a log's records end before its last indexed one
-            for run in self._runs:
-                run.forget()
+        spans = [run.span(base + start_pos, base + (1 << 32)) for run in self._runs]
+        low = start_pos
+        while any(i < j for i, j in spans):
+            high = min(low + WINDOW_BYTES, 1 << 32)
+            cut = [run.span(base + low, base + high, i)[1] for run, (i, _) in zip(self._runs, spans)]
+            taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
+            spans = [(c, j) for (_, j), c in zip(spans, cut)]
+            if taken:
+                locations, ledger_ids, entry_ids = _sorted_columns(taken)
+                yield ExpectedRecords(_positions(locations), ledger_ids, entry_ids,
+                                      high if any(i < j for i, j in spans) else 1 << 64)
+            low = high
 
     def close(self) -> None:
-        for run in self._runs:
-            run.close()
         self._runs.clear()
+        self._file.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> "LocationRuns":
@@ -208,16 +214,16 @@ def _sorted_columns(taken: list[tuple[_Run, int, int]]) -> tuple[array, array, a
 
     if not taken:
         return array("Q"), array("Q"), array("Q")
+    if len(taken) == 1:
+        run, i, j = taken[0]
+        return run.column(0, i, j), run.column(1, i, j), run.column(2, i, j)
 
-    def column(part: str) -> "pa.Array":
-        return pa.concat_arrays([pa.Array.from_buffers(pa.uint64(), j - i, [None, pa.py_buffer(getattr(run, part)[i:j])])
-                                 for run, i, j in taken])
+    def column(which: int) -> "pa.Array":
+        return pa.concat_arrays([arrow_view(run.column(which, i, j)) for run, i, j in taken])
 
-    locations, ledger_ids, entry_ids = column("locations"), column("ledger_ids"), column("entry_ids")
-    if len(taken) > 1:  # each run is sorted; their slices interleave
-        order = pc.sort_indices(locations)
-        locations, ledger_ids, entry_ids = (pc.take(c, order) for c in (locations, ledger_ids, entry_ids))
-    return uint64_array(locations), uint64_array(ledger_ids), uint64_array(entry_ids)
+    locations, ledger_ids, entry_ids = column(0), column(1), column(2)
+    order = pc.sort_indices(locations)  # each run is sorted; their slices interleave
+    return tuple(uint64_array(pc.take(c, order)) for c in (locations, ledger_ids, entry_ids))
 
 
 def _positions(locations: array) -> array:

@@ -40,3 +40,21 @@ def test_no_locations_no_logs(tmp_path):
     with LocationRuns(tmp_path) as runs:
         runs.finish()
         assert runs.entry_log_ids() == [] and list(runs.windows(0)) == []
+
+
+def test_runs_longer_than_a_fence_are_searched_right(tmp_path):
+    # Runs of thousands of locations: a search goes through the fences kept in memory, then one block of the file.
+    rng = random.Random(7)
+    placed = {}
+    with LocationRuns(tmp_path, run_entries=3000) as runs:
+        for ledger_id in range(1, 1200):
+            entries = array("Q", range(rng.randrange(1, 12)))
+            where = [(rng.randrange(0, 40), rng.randrange(1024, 1 << 20)) for _ in entries]
+            placed.update({(ledger_id, e): w for e, w in zip(entries, where)})
+            runs.add(ledger_id, entries, array("Q", (encoded(*w) for w in where)))
+        runs.finish()
+        for log in range(41):
+            expected = sorted(pos for at, pos in placed.values() if at == log)
+            for start_pos in (0, 1024, rng.randrange(1 << 20), expected[len(expected) // 2] if expected else 5):
+                served = [pos for window in runs.windows(log, start_pos) for pos in window.pos]
+                assert served == [pos for pos in expected if pos >= start_pos]
