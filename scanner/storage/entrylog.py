@@ -438,6 +438,8 @@ class EntryLog:
         next_stop = start + pace_interval
         next_release = start + RELEASE_INTERVAL
         guest = self._guest
+        # Verifying, nothing keeps a view of a chunk past the next one: one buffer serves them all.
+        buffer = bytearray(min(CHUNK_SIZE, max(0, end - start))) if verifying else None
         chunk_base, chunk = start, memoryview(b"")
         chunk_length = 0
         try:
@@ -462,7 +464,10 @@ class EntryLog:
                     following = body + length
                     if min_length <= length <= max_length and following <= end and ledger_id >= 0 and entry_id >= 0:
                         if following - chunk_base > chunk_length:
-                            chunk_base, chunk = pos, self._chunk(guest, pos, max(CHUNK_SIZE, following - pos), end)
+                            if buffer is not None and following - pos > len(buffer):
+                                buffer = bytearray(following - pos)  # a record larger than a chunk
+                            chunk_base, chunk = pos, self._chunk(guest, pos, max(CHUNK_SIZE, following - pos), end,
+                                                                 buffer)
                             chunk_length = len(chunk)
                             if following - chunk_base > chunk_length:
                                 following = self._irregular_record(pos, end)  # the file shrank under us
@@ -521,7 +526,7 @@ class EntryLog:
                             yield Record(body, ledger_id, entry_id, chunk[at + 4:following - chunk_base])
                         continue
                 elif pos + 20 <= end and chunk_base + chunk_length < end:
-                    chunk_base, chunk = pos, self._chunk(guest, pos, CHUNK_SIZE, end)
+                    chunk_base, chunk = pos, self._chunk(guest, pos, CHUNK_SIZE, end, buffer)
                     chunk_length = len(chunk)
                     if chunk_length >= 20:
                         continue
@@ -540,9 +545,9 @@ class EntryLog:
                 ledger_bytes[run_ledger] = ledger_bytes.get(run_ledger, 0) + run_bytes
             guest.release_all()
 
-    def _chunk(self, guest: PageCacheGuest, pos: int, length: int, end: int) -> memoryview:
+    def _chunk(self, guest: PageCacheGuest, pos: int, length: int, end: int, into: bytearray | None) -> memoryview:
         try:
-            return guest.read(pos, min(length, end - pos), ahead=True)
+            return guest.read(pos, min(length, end - pos), ahead=True, into=into)
         except OSError as exc:
             self._report(UnreadableEntryLog(self.path, self.entry_log_id, pos,
                                             f"read of {min(length, end - pos)} bytes failed: {exc.strerror}"))

@@ -48,14 +48,14 @@ class PageCacheGuest:
         except OSError:
             pass
 
-    def read(self, offset: int, length: int, ahead: bool = False) -> memoryview:
-        """``length`` bytes from ``offset`` (fewer only at the end of the file), in a buffer of their own.
+    def read(self, offset: int, length: int, ahead: bool = False, into: bytearray | None = None) -> memoryview:
+        """``length`` bytes from ``offset`` (fewer only at the end of the file), in a buffer of their own, or in
+        ``into`` when it is large enough (a walk reuses one buffer: a fresh megabyte each time is page faults).
 
         ``ahead``: the walk goes on from here, so while reading from disk keep the next ``PREFETCH`` bytes
         coming (a random read of one record must not cost megabytes of disk reads).
         """
-        buffer = bytearray(length)
-        view = memoryview(buffer)
+        view = memoryview(into if into is not None and len(into) >= length else bytearray(length))[:length]
         ours = self._stretch_from <= offset < self._stretch_to
         cached = 0 if ours else self._read_cached(view, offset)
         got = cached
