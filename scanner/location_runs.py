@@ -8,7 +8,7 @@ positions at a time, so memory holds one run while sorting and one window while 
 many ledgers, entries and logs the bookie has.
 
 The file is read with ``pread``, not mapped: a mapped file's pages count in the process's memory, and the
-kernel maps a whole folio (up to megabytes) around each page a search touches.
+kernel maps far more than the page a search touches (fault-around, large folios).
 """
 
 from __future__ import annotations
