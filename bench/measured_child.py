@@ -24,10 +24,16 @@ def pinned_to(cpu: int | None):
 
 
 def run_measured(command: list[str], cpu: int | None = None) -> ChildRun:
-    """Run ``command`` (pinned to ``cpu`` if given) to its end; stdout is kept, stderr only its last line."""
+    """Run ``command`` (pinned to ``cpu`` if given) to its end; stdout is kept, stderr only its last line.
+
+    The child may write bytecode, as an installed package has it: a shell that sets
+    PYTHONDONTWRITEBYTECODE would otherwise charge every run with compiling the whole program.
+    """
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
     with tempfile.TemporaryFile() as errors:
         started = time.perf_counter()
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, preexec_fn=pinned_to(cpu))
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, preexec_fn=pinned_to(cpu),
+                                 env=environment)
         output = child.stdout.read()
         child.stdout.close()
         _, status, usage = os.wait4(child.pid, 0)

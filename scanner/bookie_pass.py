@@ -143,6 +143,7 @@ class BookiePass:
         try:
             while batch := _next_batch(index):
                 reads = self.store.ledger_batch([ledger_id for ledger_id, _, _ in batch])
+                self.pacer.take_entries(sum(len(entry_ids) for _, entry_ids, _ in batch if entry_ids is not None))
                 for (_, entry_ids, raw_locations), read in zip(batch, reads):
                     self._index_ledger(read, entry_ids, raw_locations)
         except DbIndexError as error:
@@ -166,7 +167,6 @@ class BookiePass:
                 self._unindexed[ledger_id] = _Recording(_verifier_of(read.meta))
                 self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
             return
-        self.pacer.take_entries(len(entry_ids))
         if read.meta is None:
             if owned:
                 self._orphans[ledger_id].indexed = len(entry_ids)
@@ -466,17 +466,22 @@ def _holds_every_entry(meta, bookie_id: str, entry_ids) -> bool:
     Exact: the entries listed in each of the bookie's fragments are as many as its write sets give it,
     and all of them are its own (then none is missing). False means: judge entry by entry.
     """
-    for fragment in meta.fragments():
-        index = fragment.bookie_index(bookie_id)
-        if index is None or fragment.last_entry_id is None:
+    # The fragments as LedgerMetadata.fragments() cuts them, without building them: this runs for every ledger.
+    segments, size, quorum = meta.segments, meta.ensemble_size, meta.write_quorum
+    for i, (first, bookies) in enumerate(segments):
+        if bookie_id not in bookies:
             continue
-        first, last = fragment.first_entry_id, fragment.last_entry_id
+        last = segments[i + 1][0] - 1 if i + 1 < len(segments) else None
+        if meta.is_closed:
+            last = meta.last_entry_id if last is None else min(last, meta.last_entry_id)
+        if last is None or last < first:
+            continue  # the open end of a ledger still written, or an empty fragment
+        index = bookies.index(bookie_id)
         low, high = bisect.bisect_left(entry_ids, first), bisect.bisect_right(entry_ids, last)
-        if fragment.write_quorum == fragment.ensemble_size:
+        if quorum == size:
             if high - low != last - first + 1:
                 return False
             continue
-        size, quorum = fragment.ensemble_size, fragment.write_quorum
         if high - low != _striped_count(first, last, index, size, quorum):
             return False
         # As many as owed: complete unless some listed entry is not this bookie's (then judge entry by entry).

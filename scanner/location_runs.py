@@ -3,9 +3,10 @@
 The pass reads the index in its own order (ledger by ledger) and the entry logs in theirs (log by log,
 front to back). To check that every location the index holds is a record of that entry without a
 random read per entry, the locations are sorted by (entry log, pos) in runs of bounded size, each
-appended to a file; the walk of a log then gathers that log's slice of every run, a window of
-positions at a time, so memory holds one run while sorting and one window while walking, however
-many ledgers, entries and logs the bookie has.
+appended to a file; the walks then gather their logs' slices of every run, the next logs' together
+up to a bounded batch (a log with more locations than that alone, a window of positions at a time),
+so memory holds one run while sorting and one batch while walking, however many ledgers, entries
+and logs the bookie has.
 
 The file is read with ``pread``, not mapped: a mapped file's pages count in the process's memory, and the
 kernel maps far more than the page a search touches (fault-around, large folios).
@@ -25,7 +26,8 @@ from scanner.storage.entrylog import ExpectedRecords
 from scanner.storage.location import arrow_view, uint64_array
 
 RUN_ENTRIES = 1 << 18  # locations sorted in memory at once: 6 MiB of arrays
-WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk
+BATCH_ENTRIES = 1 << 16  # locations of consecutive logs gathered at once for their walks: 2 MiB of arrays
+WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk, when it alone has more
 FENCE = 512  # one location in this many stays in memory: a search reads the 4 KiB between two of them
 _POS_MASK = 0xFFFFFFFF
 _WIDTH = 8  # bytes of a native uint64
@@ -75,6 +77,8 @@ class LocationRuns:
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
         self._runs: list[_Run] = []
         self._log_ids: set[int] = set()  # every entry log some location points into
+        self._sorted_log_ids: list[int] | None = None  # once the runs are complete
+        self._batch: _Batch | None = None
         self.count = 0
 
     def add(self, ledger_id: int, entry_ids: array, raw_locations: array) -> None:
@@ -111,11 +115,54 @@ class LocationRuns:
     def entry_log_ids(self) -> list[int]:
         """Every entry log some location points into, ascending (noted while spilling: looking them up in
         the runs would read every run's locations)."""
-        return sorted(self._log_ids)
+        if self._sorted_log_ids is None:
+            self._sorted_log_ids = sorted(self._log_ids)
+        return self._sorted_log_ids
 
     def windows(self, entry_log_id: int, start_pos: int = 0) -> Iterator[ExpectedRecords]:
-        """The log's expected records from ``start_pos`` on, ascending by pos, a window of positions at a time."""
+        """The log's expected records from ``start_pos`` on, ascending by pos, a window of positions at a time.
+
+        Logs are mostly asked for in id order: the locations of the next logs are gathered from the runs
+        together, up to BATCH_ENTRIES of them, so that a bookie of many small logs costs one gather per
+        batch, not one per log. A log with more locations than that is gathered a window at a time.
+        """
         base = entry_log_id << 32
+        batch = self._batch
+        if batch is None or not batch.first_log <= entry_log_id < batch.end_log or start_pos < batch.start_pos(base):
+            batch = self._batch = self._gather_batch(entry_log_id, start_pos)
+        if batch is not None:
+            records = batch.records(base, start_pos)
+            if len(records.pos):
+                yield records
+            return
+        yield from self._gather_windows(base, start_pos)
+
+    def _gather_batch(self, entry_log_id: int, start_pos: int) -> "_Batch | None":
+        """The locations from (``entry_log_id``, ``start_pos``) up to the end of the furthest log that keeps
+        them within BATCH_ENTRIES; None when the first log alone has more."""
+        low = (entry_log_id << 32) + start_pos
+        end_log = entry_log_id + 1
+        if self._count(low, end_log << 32) > BATCH_ENTRIES:
+            return None
+        later = [log_id for log_id in self.entry_log_ids() if log_id > entry_log_id]
+        step = 1
+        while later:  # widen while it fits: 1, 2, 4, ... more logs, and back when it does not
+            candidate = later[min(step, len(later)) - 1] + 1
+            if self._count(low, candidate << 32) <= BATCH_ENTRIES:
+                end_log = candidate
+                later = [log_id for log_id in later if log_id >= candidate]
+                step *= 2
+            elif step > 1:
+                step //= 2
+            else:
+                break
+        taken = [(run, *run.span(low, end_log << 32)) for run in self._runs]
+        return _Batch(entry_log_id, end_log, low, *_sorted_columns([(run, i, j) for run, i, j in taken if j > i]))
+
+    def _count(self, low: int, high: int) -> int:
+        return sum(j - i for i, j in (run.span(low, high) for run in self._runs))
+
+    def _gather_windows(self, base: int, start_pos: int) -> Iterator[ExpectedRecords]:
         spans = [run.span(base + start_pos, base + (1 << 32)) for run in self._runs]
         low = start_pos
         while any(i < j for i, j in spans):
@@ -124,7 +171,9 @@ class LocationRuns:
             taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
             spans = [(c, j) for (_, j), c in zip(spans, cut)]
             if taken:
-                yield _sorted_window(taken, high if any(i < j for i, j in spans) else 1 << 64)
+                locations, ledger_ids, entry_ids = _sorted_columns(taken)
+                yield ExpectedRecords(_positions(locations), ledger_ids, entry_ids,
+                                      high if any(i < j for i, j in spans) else 1 << 64)
             low = high
 
     def close(self) -> None:
@@ -139,16 +188,49 @@ class LocationRuns:
         self.close()
 
 
-def _sorted_window(taken: list[tuple[_Run, int, int]], end: int) -> ExpectedRecords:
+class _Batch:
+    """The sorted locations of logs [first_log, end_log) from ``low`` on, as native arrays sliced per log."""
+
+    def __init__(self, first_log: int, end_log: int, low: int, locations: array, ledger_ids: array, entry_ids: array):
+        self.first_log, self.end_log, self._low = first_log, end_log, low
+        self._locations, self._ledger_ids, self._entry_ids = locations, ledger_ids, entry_ids
+        self._positions = _positions(locations)
+
+    def start_pos(self, base: int) -> int:
+        """The first position of the log at ``base`` the batch holds locations from."""
+        return max(0, self._low - base)
+
+    def records(self, base: int, start_pos: int) -> ExpectedRecords:
+        i = bisect.bisect_left(self._locations, base + start_pos)
+        j = bisect.bisect_left(self._locations, base + (1 << 32), i)
+        return ExpectedRecords(memoryview(self._positions)[i:j], memoryview(self._ledger_ids)[i:j],
+                               memoryview(self._entry_ids)[i:j], 1 << 64)
+
+
+def _sorted_columns(taken: list[tuple[_Run, int, int]]) -> tuple[array, array, array]:
+    """(locations, ledger ids, entry ids) of the runs' slices ``taken``, merged in location order."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    if not taken:
+        return array("Q"), array("Q"), array("Q")
+    if len(taken) == 1:
+        run, i, j = taken[0]
+        return run.column(0, i, j), run.column(1, i, j), run.column(2, i, j)
 
     def column(which: int) -> "pa.Array":
         return pa.concat_arrays([arrow_view(run.column(which, i, j)) for run, i, j in taken])
 
     locations, ledger_ids, entry_ids = column(0), column(1), column(2)
-    if len(taken) > 1:  # each run is sorted; their slices interleave
-        order = pc.sort_indices(locations)
-        locations, ledger_ids, entry_ids = (pc.take(c, order) for c in (locations, ledger_ids, entry_ids))
-    positions = pc.bit_wise_and(locations, pa.scalar(_POS_MASK, pa.uint64()))
-    return ExpectedRecords(uint64_array(positions), uint64_array(ledger_ids), uint64_array(entry_ids), end)
+    order = pc.sort_indices(locations)  # each run is sorted; their slices interleave
+    return tuple(uint64_array(pc.take(c, order)) for c in (locations, ledger_ids, entry_ids))
+
+
+def _positions(locations: array) -> array:
+    """The positions (low 32 bits) of encoded locations."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not locations:
+        return array("Q")
+    return uint64_array(pc.bit_wise_and(arrow_view(locations), pa.scalar(_POS_MASK, pa.uint64())))

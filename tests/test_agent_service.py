@@ -4,6 +4,7 @@ of our own, with injected faults), metadata in a real ZooKeeper, killed and rest
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import signal
@@ -59,9 +60,13 @@ class AgentProcess:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "AgentProcess":
+        # Its temp files stay in the test's dir: a killed agent cannot remove them, the test's cleanup does.
+        temp = self.log.parent / "agent-tmp"
+        temp.mkdir(exist_ok=True)
         with self.log.open("ab") as err:
             self.process = subprocess.Popen([sys.executable, "-c", MAIN, "run", "--config", str(self.config)],
-                                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+                                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
+                                            env={**os.environ, "TMPDIR": str(temp)})
         return self
 
     def address(self) -> str | None:

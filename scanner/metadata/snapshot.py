@@ -52,6 +52,9 @@ class SnapshotStore(MetadataStore):
     def node(self, path: str) -> ZNode | None:
         return self._table.node(path)
 
+    def nodes(self, paths: list[str]) -> list[ZNode | None]:
+        return self._table.nodes(paths)
+
     def children(self, path: str) -> list[str]:
         return self._table.children(path)
 

@@ -27,6 +27,8 @@ CREATE TABLE znode (
 """
 _INSERT = "INSERT OR REPLACE INTO znode VALUES (?, ?, ?, ?, ?, ?, ?)"  # a path given twice: the last wins
 _SELECT_NODE = "SELECT data, ephemeral, mzxid, version, ctime FROM znode WHERE parent = ? AND name = ?"
+_SELECT_NAMED = "SELECT name, data, ephemeral, mzxid, version, ctime FROM znode WHERE parent = ? AND name IN ({})"
+_NAMES_PER_QUERY = 500  # well below SQLite's limit on bound parameters
 _SELECT_CHILDREN = "SELECT name FROM znode WHERE parent = ? AND name != ''"
 
 
@@ -63,6 +65,25 @@ class ZNodeTable:
             return None
         data, ephemeral, mzxid, version, ctime = row
         return ZNode(path, data, bool(ephemeral), mzxid, version, ctime)
+
+    def nodes(self, paths: list[str]) -> list[ZNode | None]:
+        """Several znodes at once: one query per parent, not one per node."""
+        wanted: dict[str, list[str]] = {}
+        for path in paths:
+            if path.startswith("/"):
+                parent, _, name = path.rpartition("/")
+                wanted.setdefault(parent, []).append(name)
+        found: dict[str, ZNode] = {}
+        with self._lock:
+            db = self._connection()
+            for parent, names in wanted.items() if db else ():
+                for start in range(0, len(names), _NAMES_PER_QUERY):
+                    part = names[start:start + _NAMES_PER_QUERY]
+                    query = _SELECT_NAMED.format(", ".join("?" * len(part)))
+                    for name, data, ephemeral, mzxid, version, ctime in db.execute(query, (parent, *part)):
+                        path = f"{parent}/{name}"
+                        found[path] = ZNode(path, data, bool(ephemeral), mzxid, version, ctime)
+        return [found.get(path) for path in paths]
 
     def children(self, path: str) -> list[str]:
         if not path.startswith("/"):

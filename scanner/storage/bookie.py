@@ -19,7 +19,7 @@ from pathlib import Path
 
 from scanner.storage.dbstorage import DbLedgerIndex, DbOpenError, MalformedDbRecord, MisplacedLedger
 from scanner.storage.entrylog import MissingEntryLog
-from scanner.storage.indexfile import IndexFile, IndexFileError, find_index_file, indexed_ledger_ids
+from scanner.storage.indexfile import IndexFile, IndexFileError, find_index_file, index_files, indexed_ledger_ids
 from scanner.storage.layout import BookieLayout
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation
@@ -121,15 +121,15 @@ class IndexFileStorage(BookieStorage):
             yield from index.locations()
 
     def indexed_ledgers(self, dir_index: int | None = None) -> Iterator[tuple[int, array, array]]:
-        seen_in_earlier_dirs = len(self.layout.index_current_dirs) > 1
+        several_dirs = len(self.layout.index_current_dirs) > 1
         for current in self.layout.index_current_dirs:
-            for ledger_id in indexed_ledger_ids(current):
-                path = find_index_file(self.layout.index_current_dirs, ledger_id) if seen_in_earlier_dirs else None
-                if path is not None and not path.is_relative_to(current):
-                    continue  # the bookie reads this ledger's index from an earlier dir
-                path = path or find_index_file((current,), ledger_id)
-                if path is None:
-                    continue  # deleted since the directory was listed
+            for ledger_id, path in index_files(current):
+                if several_dirs:
+                    path = find_index_file(self.layout.index_current_dirs, ledger_id)
+                    if path is None:
+                        continue  # deleted since the directory was listed
+                    if not path.is_relative_to(current):
+                        continue  # the bookie reads this ledger's index from an earlier dir
                 try:
                     with IndexFile(path) as index:
                         found = index.location_arrays()

@@ -130,16 +130,15 @@ class ReadOnlyRocksDb:
 
     def batches_from(self, start: bytes, size: int) -> Iterator[tuple[list[bytes], list[bytes]]]:
         """(keys, values) from the first key >= ``start`` on, ``size`` pairs at a time."""
-        cursor = self._db.iter(_passing_through())
-        cursor.seek(start)
-        while cursor.valid():
-            keys, values = [], []
-            for _ in range(size):
-                if not cursor.valid():
-                    break
-                keys.append(cursor.key())
-                values.append(cursor.value())
-                cursor.next()
+        keys, values = [], []
+        # one call per pair, not four on a cursor
+        for key, value in self._db.items(from_key=start, read_opt=_passing_through()):
+            keys.append(key)
+            values.append(value)
+            if len(keys) >= size:
+                yield keys, values
+                keys, values = [], []
+        if keys:
             yield keys, values
 
     def items_from(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:

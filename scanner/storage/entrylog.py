@@ -254,6 +254,7 @@ class EntryLog:
         self._ledgers_map: dict[int, int] | None = None
         self._ledgers_map_read = False
         self._fd = _open_read_only(self.path, entry_log_id)
+        self._guest = PageCacheGuest(self._fd)  # every read, header and map too: what it fetched goes on close
         try:
             self.size = os.fstat(self._fd).st_size
             self.header = self._read_header()
@@ -264,6 +265,7 @@ class EntryLog:
 
     def close(self) -> None:
         if self._fd >= 0:
+            self._guest.release_all()
             os.close(self._fd)
             self._fd = -1
 
@@ -285,7 +287,7 @@ class EntryLog:
     def _pread(self, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes at ``offset``: fewer when the file ends (or shrank) before."""
         try:
-            return os.pread(self._fd, length, offset)
+            return bytes(self._guest.read(offset, length))
         except OSError as exc:
             raise UnreadableEntryLog(self.path, self.entry_log_id, offset,
                                      f"read of {length} bytes failed: {exc.strerror}") from exc
@@ -431,10 +433,11 @@ class EntryLog:
         exp_count = j = 0
         next_exp = window_end
         verified = skipped = failed = 0
+        run_ledger, run_bytes, check = -1, 0, None  # the ledger of the current run of records, its bytes so far
         pos = paced = start
         next_stop = start + pace_interval
         next_release = start + RELEASE_INTERVAL
-        guest = PageCacheGuest(self._fd)
+        guest = self._guest
         chunk_base, chunk = start, memoryview(b"")
         chunk_length = 0
         try:
@@ -442,6 +445,9 @@ class EntryLog:
                 if pos >= next_stop:
                     stats.entries_verified, stats.entries_skipped, stats.entries_failed = verified, skipped, failed
                     stats.bytes_scanned = pos - start
+                    if run_bytes:
+                        ledger_bytes[run_ledger] = ledger_bytes.get(run_ledger, 0) + run_bytes
+                        run_bytes = 0
                     if pace is not None:
                         pace(pos - paced)
                     paced = pos
@@ -486,11 +492,15 @@ class EntryLog:
                             next_exp = exp_pos[j] if j < exp_count else window_end
                         pos = following
                         if verifying:
-                            ledger_bytes[ledger_id] = ledger_bytes.get(ledger_id, 0) + length + 4
-                            check = checks.get(ledger_id, False)
-                            if check is False:
-                                verifier = verifiers[ledger_id] = verifier_for(ledger_id)
-                                check = checks[ledger_id] = _check_of(verifier)
+                            if ledger_id != run_ledger:  # records of one ledger mostly come in runs
+                                if run_bytes:
+                                    ledger_bytes[run_ledger] = ledger_bytes.get(run_ledger, 0) + run_bytes
+                                run_ledger, run_bytes = ledger_id, 0
+                                check = checks.get(ledger_id, False)
+                                if check is False:
+                                    verifier = verifiers[ledger_id] = verifier_for(ledger_id)
+                                    check = checks[ledger_id] = _check_of(verifier)
+                            run_bytes += length + 4
                             if check is None:
                                 skipped += 1
                             elif check is _INLINE_CRC32C:  # most ledgers: the digest is computed right here
@@ -526,11 +536,13 @@ class EntryLog:
         finally:  # also when the consumer stops early: the counters stay true
             stats.entries_verified, stats.entries_skipped, stats.entries_failed = verified, skipped, failed
             stats.bytes_scanned = pos - start
+            if run_bytes:
+                ledger_bytes[run_ledger] = ledger_bytes.get(run_ledger, 0) + run_bytes
             guest.release_all()
 
     def _chunk(self, guest: PageCacheGuest, pos: int, length: int, end: int) -> memoryview:
         try:
-            return guest.read(pos, min(length, end - pos))
+            return guest.read(pos, min(length, end - pos), ahead=True)
         except OSError as exc:
             self._report(UnreadableEntryLog(self.path, self.entry_log_id, pos,
                                             f"read of {min(length, end - pos)} bytes failed: {exc.strerror}"))

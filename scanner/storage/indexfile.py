@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation, nonzero_slots
+from scanner.storage.pagecache import PageCacheGuest
 
 HEADER_SIZE = 1024
 SIGNATURE = b"BKLE"
@@ -82,6 +83,13 @@ def find_index_file(current_dirs: Iterable[Path], ledger_id: int) -> Path | None
 
 def indexed_ledger_ids(current_dir: Path) -> Iterator[int]:
     """Ledger ids named by the `.idx` / `.rloc` files two levels under ``current_dir`` (directory order)."""
+    for ledger_id, _ in index_files(current_dir):
+        yield ledger_id
+
+
+def index_files(current_dir: Path) -> Iterator[tuple[int, str]]:
+    """(ledger id, path) of the files two levels under ``current_dir`` that the bookie reads a ledger's index
+    from, in directory order: its `.idx`, else a `.rloc` left by an interrupted move."""
     for grandparent in _subdirs(current_dir):
         for parent in _subdirs(grandparent):
             with os.scandir(parent) as files:
@@ -89,8 +97,11 @@ def indexed_ledger_ids(current_dir: Path) -> Iterator[int]:
                     match = _INDEX_NAME.fullmatch(entry.name)
                     if match and entry.is_file(follow_symlinks=False):
                         ledger_id = int(match.group(1), 16)
-                        if ledger_id <= _MAX_LEDGER_ID:
-                            yield ledger_id
+                        if ledger_id > _MAX_LEDGER_ID:
+                            continue
+                        if match.group(2) == "rloc" and os.path.isfile(os.path.join(parent, f"{match.group(1)}.idx")):
+                            continue  # the .idx beside it is the one read
+                        yield ledger_id, entry.path
 
 
 def _subdirs(path: Path) -> Iterator[Path]:
@@ -101,16 +112,23 @@ def _subdirs(path: Path) -> Iterator[Path]:
 
 
 class IndexFile:
-    """One `.idx` file opened read-only; the header is parsed and checked on open."""
+    """One `.idx` file opened read-only; the header is parsed and checked on open.
+
+    Reads go through a page-cache guest: what this reader fetched from disk is dropped again on
+    close, what the bookie had cached stays. The open reads the header and the first slots in one
+    read (all of most ledgers' files).
+    """
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self._fd = _open_read_only(self.path)
+        self._guest = PageCacheGuest(self._fd)
         try:
             self.size = os.fstat(self._fd).st_size
-            self.version, self.state = parse_index_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
+            self._first = self._guest.read(0, HEADER_SIZE + _READ_CHUNK)
+            self.version, self.state = parse_index_header(self._first[:HEADER_SIZE], self.path)
         except BaseException:
-            os.close(self._fd)
+            self.close()
             raise
 
     def __enter__(self) -> "IndexFile":
@@ -121,6 +139,7 @@ class IndexFile:
 
     def close(self) -> None:
         if self._fd >= 0:
+            self._guest.release_all()
             os.close(self._fd)
             self._fd = -1
 
@@ -150,11 +169,10 @@ class IndexFile:
         object per entry: the pass reads millions of slots this way.
         """
         entry_ids, raw_locations = array("Q"), array("Q")
-        slot_bytes = max(0, self.size - HEADER_SIZE) // SLOT_SIZE * SLOT_SIZE
-        for chunk_start in range(HEADER_SIZE, HEADER_SIZE + slot_bytes, _ARRAY_CHUNK):
-            length = min(_ARRAY_CHUNK, HEADER_SIZE + slot_bytes - chunk_start)
-            chunk = os.pread(self._fd, length, chunk_start)
-            slots = array("Q", chunk[: len(chunk) // SLOT_SIZE * SLOT_SIZE])
+        for chunk_start, chunk, length in self._slot_chunks():
+            # Empty slots at the end (most of a small ledger's page) are cut off at C speed.
+            used = -(-len(chunk.rstrip(b"\0")) // SLOT_SIZE) * SLOT_SIZE
+            slots = array("Q", chunk[: min(used, len(chunk) // SLOT_SIZE * SLOT_SIZE)])
             if _LITTLE_ENDIAN_HOST:
                 slots.byteswap()
             found_ids, found = nonzero_slots(slots, (chunk_start - HEADER_SIZE) // SLOT_SIZE)
@@ -163,6 +181,16 @@ class IndexFile:
             if len(chunk) < length:
                 break  # the file shrank since open (replaced by a rewrite): stop at what is there
         return entry_ids, raw_locations
+
+    def _slot_chunks(self) -> Iterator[tuple[int, bytes, int]]:
+        """(offset, bytes read, bytes asked for) of the slots up to the size seen at open: the part read at open first."""
+        slot_bytes = max(0, self.size - HEADER_SIZE) // SLOT_SIZE * SLOT_SIZE
+        first = self._first[HEADER_SIZE:HEADER_SIZE + slot_bytes]
+        first = bytes(first[:len(first) // SLOT_SIZE * SLOT_SIZE])
+        yield HEADER_SIZE, first, len(first)
+        for start in range(HEADER_SIZE + len(first), HEADER_SIZE + slot_bytes, _ARRAY_CHUNK):
+            length = min(_ARRAY_CHUNK, HEADER_SIZE + slot_bytes - start)
+            yield start, bytes(self._guest.read(start, length, ahead=True)), length
 
 
 def _open_read_only(path: Path) -> int:

@@ -1,10 +1,24 @@
-"""Reading a bookie's files as a guest of its page cache: read ahead while walking, drop behind what we brought in.
+"""Reading a bookie's files as a guest of its page cache: prefetch ahead of the walk, drop behind what we brought in.
 
 The bookie's hot data (the log it is writing, entries its readers tail) sits in the page cache; a
-scan that read terabytes through it would push all of that out. So before each chunk is read, a
-non-blocking read (``RWF_NOWAIT``) tells whether the chunk was already cached: a cached chunk was
-someone else's and is left alone, a chunk this scan had to fetch from disk is dropped again
-(``POSIX_FADV_DONTNEED``) once the walk is past it, as HDFS's block scanner drops behind.
+scan that read terabytes through it would push all of that out. So whatever this reader brings
+in from disk is dropped again (``POSIX_FADV_DONTNEED``) once the walk is past it, as HDFS's block
+scanner drops behind, and what the bookie had cached is left alone.
+
+Telling the two apart: before a range is read, a non-blocking read (``RWF_NOWAIT``) says whether
+it is cached already. That answer is only worth something if nothing of ours has touched the
+range yet, and the kernel's read-ahead would: it reads far ahead of a sequential reader (megabytes),
+so every later chunk would look cached and stay. So the reader turns the kernel's read-ahead off
+for its own file descriptor (``POSIX_FADV_RANDOM``; the bookie's descriptors keep theirs) and
+reads ahead itself: while it reads from disk, it asks for the next ``PREFETCH`` bytes
+(``POSIX_FADV_WILLNEED``), which the disk fetches while the walk verifies, and counts them as its
+own. A range it prefetched is not probed again; a chunk met in a cached stretch is probed, and
+left alone when it was all cached. Only a walk prefetches: a random read of one record reads just
+that. (An unprivileged reader cannot ask the page cache otherwise: ``mincore`` and ``cachestat``
+answer only a file's owner or writers, and the agent runs as a user of its own.)
+
+Where a stretch fetched from disk runs into one the bookie had cached, the prefetch may count up
+to ``PREFETCH`` bytes of the bookie's pages as ours and drop them: a bounded cost at a boundary.
 """
 
 from __future__ import annotations
@@ -12,40 +26,64 @@ from __future__ import annotations
 import os
 
 CHUNK_SIZE = 1 << 20  # a record larger than this gets a read of its own size
+PREFETCH = 2 * CHUNK_SIZE  # how far ahead of the walk the disk is kept busy while reading from it
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _NOWAIT = getattr(os, "RWF_NOWAIT", None)
 
 
 class PageCacheGuest:
-    """Chunked sequential reads of one open file (``fd``, owned by the caller) that leave the page cache as found."""
+    """Reads of one open file (``fd``, owned by the caller, read mostly front to back) that leave the page cache
+    as found."""
 
-    __slots__ = ("fd", "drop_behind", "_cold", "_nowait")
+    __slots__ = ("fd", "_ours", "_nowait", "_stretch_from", "_stretch_to")
 
-    def __init__(self, fd: int, drop_behind: bool = True):
+    def __init__(self, fd: int):
         self.fd = fd
-        self.drop_behind = drop_behind
-        self._cold: list[tuple[int, int]] = []  # ranges this reader fetched from disk, not yet dropped
+        self._ours: list[tuple[int, int]] = []  # ranges this reader brought in, not yet dropped
         self._nowait = _NOWAIT is not None
+        # The stretch being fetched from disk: what was read cold and what is prefetched after it.
+        self._stretch_from = self._stretch_to = 0
         try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # a wider read-ahead window for the walk
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no kernel read-ahead on our descriptor
         except OSError:
             pass
 
-    def read(self, offset: int, length: int) -> memoryview:
-        """``length`` bytes from ``offset`` (fewer only at the end of the file), in a buffer of their own."""
+    def read(self, offset: int, length: int, ahead: bool = False) -> memoryview:
+        """``length`` bytes from ``offset`` (fewer only at the end of the file), in a buffer of their own.
+
+        ``ahead``: the walk goes on from here, so while reading from disk keep the next ``PREFETCH`` bytes
+        coming (a random read of one record must not cost megabytes of disk reads).
+        """
         buffer = bytearray(length)
         view = memoryview(buffer)
-        cached = self._read_cached(view, offset)
+        ours = self._stretch_from <= offset < self._stretch_to
+        cached = 0 if ours else self._read_cached(view, offset)
         got = cached
         while got < length:
             n = os.preadv(self.fd, [view[got:]], offset + got)
             if n == 0:
                 break
             got += n
-        if got > cached and self.drop_behind:
-            # A chunk only partly cached (read-ahead of our previous chunk reaches into it) counts as ours whole.
-            self._cold.append((offset, offset + got))
+        if ours or got > cached:  # fetched (at least partly) from disk: ours whole, to the file's end if it ended here
+            if not self._stretch_from <= offset <= self._stretch_to:
+                self._stretch_from = offset  # a new stretch (the walk crossed one the bookie had cached)
+            # Every page the read touched came from disk or was cached with it: ours whole.
+            self._ours.append((offset // _PAGE * _PAGE, -(-(offset + max(got, 1)) // _PAGE) * _PAGE))
+            if ahead:
+                self._prefetch(max(self._stretch_to, offset + got), offset + got + PREFETCH)
         return view[:got]
+
+    def _prefetch(self, start: int, end: int) -> None:
+        """Have the disk fetch [start, end) while the walk verifies what it has; counted as ours."""
+        if end <= start:
+            return
+        start = start // _PAGE * _PAGE
+        try:
+            os.posix_fadvise(self.fd, start, end - start, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            return
+        self._ours.append((start, end))
+        self._stretch_to = end
 
     def _read_cached(self, view: memoryview, offset: int) -> int:
         """How much of the range is already in the page cache (read into ``view`` without touching the disk)."""
@@ -60,29 +98,39 @@ class PageCacheGuest:
             return 0
 
     def release(self, upto: int) -> None:
-        """Drop from the page cache what this reader fetched below ``upto`` (the walk is past it)."""
+        """Drop from the page cache what this reader brought in below ``upto`` (the walk is past it)."""
+        cut = upto // _PAGE * _PAGE  # the page the walk is in stays until it is past it
         keep = []
-        for start, end in self._cold:
-            if end <= upto:
+        for start, end in _merged(self._ours):
+            if end <= cut:
                 _drop(self.fd, start, end)
-            elif start < upto:
-                _drop(self.fd, start, upto)
-                keep.append((upto, end))
+            elif start < cut:
+                _drop(self.fd, start, cut)
+                keep.append((cut, end))
             else:
                 keep.append((start, end))
-        self._cold = keep
+        self._ours = keep
 
     def release_all(self) -> None:
-        for start, end in self._cold:
+        for start, end in _merged(self._ours):
             _drop(self.fd, start, end)
-        self._cold = []
+        self._ours = []
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ranges sorted and joined where they touch: a page split between two of them is dropped too."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _drop(fd: int, start: int, end: int) -> None:
-    first = -(-start // _PAGE) * _PAGE  # whole pages only: a page shared with a cached neighbour stays
-    last = end // _PAGE * _PAGE
-    if last > first:
+    if end > start:
         try:
-            os.posix_fadvise(fd, first, last - first, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
         except OSError:
             pass
