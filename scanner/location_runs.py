@@ -9,7 +9,7 @@ so memory holds one run while sorting and one batch while walking, however many 
 and logs the bookie has.
 
 The file is read with ``pread``, not mapped: a mapped file's pages count in the process's memory, and the
-kernel maps a whole folio (up to megabytes) around each page a search touches.
+kernel maps far more than the page a search touches (fault-around, large folios).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from scanner.storage.entrylog import ExpectedRecords
 from scanner.storage.location import arrow_view, uint64_array
 
 RUN_ENTRIES = 1 << 18  # locations sorted in memory at once: 6 MiB of arrays
-BATCH_ENTRIES = 1 << 18  # locations of consecutive logs gathered at once for their walks: 8 MiB of arrays
+BATCH_ENTRIES = 1 << 16  # locations of consecutive logs gathered at once for their walks: 2 MiB of arrays
 WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk, when it alone has more
 FENCE = 512  # one location in this many stays in memory: a search reads the 4 KiB between two of them
 _POS_MASK = 0xFFFFFFFF

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -37,7 +38,8 @@ print(anon_mib() - before)
 
 def held_mib(set_up: bool, allocation: str) -> int:
     command = [sys.executable, "-c", PROBE, "set-up" if set_up else "as-is", allocation]
-    return int(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+    as_is = {name: value for name, value in os.environ.items() if name != "ARROW_DEFAULT_MEMORY_POOL"}
+    return int(subprocess.run(command, check=True, capture_output=True, text=True, env=as_is).stdout)
 
 
 @pytest.mark.parametrize("allocation", ["malloc", "pyarrow"])
