@@ -125,7 +125,7 @@ class IndexFile:
         self._guest = PageCacheGuest(self._fd)
         try:
             self.size = os.fstat(self._fd).st_size
-            self._first = self._guest.read(0, HEADER_SIZE + _READ_CHUNK)
+            self._first = self._guest.read(0, min(max(self.size, HEADER_SIZE), HEADER_SIZE + _READ_CHUNK))
             self.version, self.state = parse_index_header(self._first[:HEADER_SIZE], self.path)
         except BaseException:
             self.close()
