@@ -40,6 +40,10 @@ def test_a_scan_drops_what_it_read_and_keeps_what_the_bookie_had_cached(tmp_path
 
     assert (status, report["findings"]) == (0, [])
     assert report["summary"]["entries_verified"] == SHAPE["ledgers"] * SHAPE["entries_per_ledger"]
-    left = {path.name: cached_pages(path) for path in files}
-    assert {name: pages for name, pages in left.items() if pages[0]} == {path.name: left[path.name] for path in hot}
-    assert all(cached == total for cached, total in (left[path.name] for path in hot))
+    left = {path: cached_pages(path) for path in files}
+    assert all(cached == total for cached, total in (left[path] for path in hot)), "the bookie's pages must stay"
+    # Dropping is advice: the kernel keeps a page another task holds at that moment. Without drop-behind (or
+    # with the kernel's read-ahead making later chunks look cached) nine in ten pages of each cold log stay.
+    cold = [pages for path, pages in left.items() if path not in hot]
+    assert sum(cached for cached, _ in cold) <= sum(total for _, total in cold) // 10, {
+        path.name: pages for path, pages in left.items() if pages[0] and path not in hot}
