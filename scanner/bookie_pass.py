@@ -375,7 +375,10 @@ class BookiePass:
             return []
         findings: list[Finding] = []
         # The journal first, the index after: an entry flushed in between is then found in the index.
-        pending = pending_entries(self.storage.layout, with_index) if with_index else set()
+        # Asked of the ledgers judged on the index and of those with records gone: the bookie may have
+        # written an index page that points into its entry logger's buffer, not yet into the file.
+        lost = {ledger_id for ledger_id in ledgers if any(fault.lost for fault in faults.get(ledger_id, ()))}
+        pending = pending_entries(self.storage.layout, set(with_index) | lost)
         with self.reopen() as fresh, BookieScanner(fresh, self.store, self.bookie_id) as scanner:
             for start in range(0, len(ledgers), METADATA_BATCH):
                 for read in self.store.ledger_batch(ledgers[start:start + METADATA_BATCH]):
@@ -407,6 +410,10 @@ class BookiePass:
                                                logged_in=tuple(sorted(recording.logs)))
             findings.extend(judge_ledger(read.meta, self.bookie_id, evidence))
         confirmed = self._still_faulty(scanner, ledger_id, faults)
+        buffered = [f for f in confirmed if f.lost and (ledger_id, f.entry_id) in pending]
+        if buffered:  # acknowledged in the journal since the last mark: the log's copy is still to be flushed
+            self.totals.journaled += len(buffered)
+            confirmed = tuple(f for f in confirmed if f not in buffered)
         reported = self._reported[ledger_id]
         for finding in findings:
             if finding.category in (Category.LOST_ENTRY, Category.CORRUPT_ENTRY):

@@ -43,6 +43,10 @@ def test_metrics_pass_promtool_and_one_registry_serves_everything_named(tmp_path
     try:
         agent.wait_ready()
         wait_for(lambda: agent.scanner()["passes_completed"] >= 1, 30, "no pass finished")
+        # Work done is sampled once a second: the counter catches up with the pass (and the next one) soon after.
+        logs_bytes = sum(p.stat().st_size for p in (sample.ledger_dir / "current").glob("*.log"))
+        wait_for(lambda: _sample_value(agent.metrics(), "bookie_scanner_read_bytes_total") >= logs_bytes, 30,
+                 "the read-bytes counter never reached the size of the entry logs")
         metrics = agent.metrics()
         assert agent.terminate() == 0
     finally:
@@ -62,11 +66,16 @@ def test_metrics_pass_promtool_and_one_registry_serves_everything_named(tmp_path
         return float(re.search(rf"^{re.escape(sample)} (\S+)$", metrics, re.M).group(1))
 
     labels = f'bookie="10.20.0.11:3181",ledger_dir="{sample.ledger_dir}"'
-    assert value(f"bookie_scanner_read_bytes_total{{{labels}}}") >= sum(
-        p.stat().st_size for p in (sample.ledger_dir / "current").glob("*.log"))
+    assert value(f"bookie_scanner_read_bytes_total{{{labels}}}") >= logs_bytes
     assert value(f"bookie_scanner_entries_verified_total{{{labels}}}") > 0
     assert value('bookie_scanner_digest_failures_total{bookie="10.20.0.11:3181"}') >= 1  # ledger 2's entry 7
     assert value('bookie_scanner_findings_recorded_total{bookie="10.20.0.11:3181",category="corrupt_entry"}') == 1
     dashboard = (REPO / "conf" / "grafana-dashboard.json").read_text()
     used = set(re.findall(r"bookie_scanner_\w+", dashboard + RULES.read_text()))
     assert used - {"bookie_scanner_zookeeper_connected"} <= families, used - families
+
+
+def _sample_value(metrics: str, family: str) -> float:
+    """The value of the family's first sample (0 when it has none yet)."""
+    found = re.search(rf"^{family}(?:{{[^}}]*}})? (\S+)$", metrics, re.M)
+    return float(found.group(1)) if found else 0.0

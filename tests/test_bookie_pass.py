@@ -128,3 +128,42 @@ def test_ledger_dirs_scanned_in_parallel_processes_find_what_one_process_finds(t
     assert keys(two) == keys(one)
     assert (two.entries_verified, two.bytes_scanned, two.entry_logs_scanned) == (
         one.entries_verified, one.bytes_scanned, one.entry_logs_scanned)
+
+
+def _newest_log_emptied(tmp_path: Path, name: str):
+    """A copy whose newest indexed entry log is still empty on disk while the index points into it: the bookie
+    wrote an index page before its entry logger's buffer (it reads those entries from the buffer). The entries
+    the index points at there."""
+    layout = _copy(tmp_path, name)
+    with open_bookie(layout, tmp_path) as storage:
+        located = [(location.entry_log_id, ledger_id, entry_id) for ledger_id in storage.ledger_ids()
+                   for entry_id, location in storage.locations(ledger_id)]
+        newest = max(log_id for log_id, _, _ in located)
+        path = next(f.path for f in storage.entry_logs() if f.entry_log_id == newest)
+    os.truncate(path, 0)
+    return layout, {(ledger_id, entry_id) for log_id, ledger_id, entry_id in located if log_id == newest}
+
+
+def _lost(findings) -> set[tuple[int, int]]:
+    return {(f.ledger_id, e) for f in findings if f.category.value == "lost_entry"
+            for first, last in f.entries for e in range(first, last + 1)}
+
+
+def test_records_still_in_the_entry_loggers_buffer_are_not_lost_when_the_journal_holds_them(tmp_path):
+    layout, pointed = _newest_log_emptied(tmp_path / "unjournaled", "bookie1")
+    assert pointed
+    with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
+        assert _lost(full.run()) == pointed  # nothing says they are on their way: lost
+        full.storage.close()
+
+    layout, pointed = _newest_log_emptied(tmp_path / "journaled", "bookie1")
+    journal = tmp_path / "journaled" / "bookie1" / "journal" / "current"
+    journal.mkdir(parents=True)
+    header = b"BKLG" + struct.pack(">i", 5) + bytes(504)
+    (journal / "10.txn").write_bytes(header + b"".join(_journal_record(*entry) for entry in sorted(pointed)))
+    for current in layout.ledger_current_dirs:
+        (current / "lastMark").write_bytes(struct.pack(">qq", 0x10, 512))
+    with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
+        assert _lost(full.run()) == set()
+        assert full.totals.journaled == len(pointed)
+        full.storage.close()
