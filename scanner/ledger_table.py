@@ -75,4 +75,3 @@ class LedgerTable:
             self.freeze()
         i = bisect.bisect_left(self._ids, ledger_id)
         return i if i < len(self._ids) and self._ids[i] == ledger_id else None
-

@@ -144,13 +144,14 @@ class LocationRuns:
         end_log = entry_log_id + 1
         if self._count(low, end_log << 32) > BATCH_ENTRIES:
             return None
-        later = [log_id for log_id in self.entry_log_ids() if log_id > entry_log_id]
+        log_ids = self.entry_log_ids()
+        later = bisect.bisect_right(log_ids, entry_log_id)  # the first log after those taken
         step = 1
-        while later:  # widen while it fits: 1, 2, 4, ... more logs, and back when it does not
-            candidate = later[min(step, len(later)) - 1] + 1
+        while later < len(log_ids):  # widen while it fits: 1, 2, 4, ... more logs, and back when it does not
+            candidate = log_ids[min(later + step, len(log_ids)) - 1] + 1
             if self._count(low, candidate << 32) <= BATCH_ENTRIES:
                 end_log = candidate
-                later = [log_id for log_id in later if log_id >= candidate]
+                later = bisect.bisect_left(log_ids, candidate, later)
                 step *= 2
             elif step > 1:
                 step //= 2

@@ -42,12 +42,3 @@ def cached_pages(path: Path) -> tuple[int, int]:
         os.close(fd)
     return sum(byte & 1 for byte in vector.raw), pages
 
-
-def evict(path: Path) -> None:
-    """Write the file's pages out and drop them from the page cache."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)

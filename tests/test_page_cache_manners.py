@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from page_cache import cached_pages, evict
+from page_cache import cached_pages
 from scanner.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
+from bench_scale import drop_from_page_cache  # noqa: E402
 from scale_bookie import Shape, generate  # noqa: E402
 
 # Entry logs of 8 MB: several chunks and prefetches each.
@@ -26,8 +27,7 @@ def test_a_scan_drops_what_it_read_and_keeps_what_the_bookie_had_cached(tmp_path
     logs = sorted(bookie.entry_logs)
     index_files = sorted((tmp_path / "bookie").rglob("*.idx"))
     files = logs + index_files
-    for path in files:
-        evict(path)
+    drop_from_page_cache(files)
     if any(cached_pages(path)[0] for path in files):
         pytest.skip("this filesystem keeps file pages in memory whatever the advice (tmpfs?)")
     hot = [logs[1]] + index_files[3:4]  # what the bookie's readers have been reading

@@ -26,7 +26,7 @@ FENCED_BIT = 0x1
 MIN_EXPLICIT_LAC_LENGTH = 16  # ledger id + LAC; the digest follows
 _INT = struct.Struct(">i")
 _SLOT = struct.Struct(">Q")
-_READ_CHUNK = 64 * 1024  # a multiple of SLOT_SIZE
+_READ_CHUNK = 64 * 1024  # slots read with the header at open (all of most files); a multiple of SLOT_SIZE
 _ARRAY_CHUNK = 8 << 20  # a multiple of SLOT_SIZE
 _LITTLE_ENDIAN_HOST = sys.byteorder == "little"
 _INDEX_NAME = re.compile(r"([0-9a-f]{1,16})\.(idx|rloc)")
@@ -148,19 +148,14 @@ class IndexFile:
 
         A short last page is fine (BookKeeper reads missing bytes as zeros); a partial last slot is ignored.
         """
-        fd = self._fd
-        slot_bytes = max(0, self.size - HEADER_SIZE) // SLOT_SIZE * SLOT_SIZE
-        entry_id = 0
-        for chunk_start in range(HEADER_SIZE, HEADER_SIZE + slot_bytes, _READ_CHUNK):
-            length = min(_READ_CHUNK, HEADER_SIZE + slot_bytes - chunk_start)
-            chunk = os.pread(fd, length, chunk_start)
+        for chunk_start, chunk, length in self._slot_chunks():
+            entry_id = (chunk_start - HEADER_SIZE) // SLOT_SIZE
             for (raw,) in _SLOT.iter_unpack(chunk[: len(chunk) // SLOT_SIZE * SLOT_SIZE]):
                 if raw:
                     yield entry_id, EntryLocation.decode(raw)
                 entry_id += 1
             if len(chunk) < length:
                 return  # the file shrank since open (replaced by a rewrite): stop at what is there
-
 
     def location_arrays(self) -> tuple[array, array]:
         """(entry ids, encoded locations) of every non-empty slot, entry id ascending, as ``array('Q')`` pairs.
