@@ -29,6 +29,7 @@ from livebk import LiveCluster
 from scanner.metadata.uri import open_metadata
 from scanner.storage.bookie import open_bookie
 from scanner.storage.entrylog import EntryLog
+from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
 from test_agent_service import AgentProcess, wait_for
 
@@ -59,7 +60,12 @@ def _entries(finding: dict) -> set[int]:
 
 
 def _inject(bookie, metadata_uri: str) -> dict:
-    """With the bookie stopped: flip a payload byte, cut a sealed log, delete an .idx; what each must cause."""
+    """With the bookie stopped: flip a payload byte, cut a sealed log, delete an .idx; what each must cause.
+
+    Only entries flushed before the journal's last mark are damaged: the restart replays the journal
+    from that mark, writing each replayed entry anew and pointing the index at the new copy (a deleted
+    ``.idx`` comes back with them), so damage to those would be healed by the bookie itself.
+    """
     layout = discover_layout(bookie.conf)
     with tempfile.TemporaryDirectory() as scratch, open_metadata(metadata_uri) as store, \
             open_bookie(layout, work_dir=Path(scratch)) as storage:
@@ -69,18 +75,22 @@ def _inject(bookie, metadata_uri: str) -> dict:
                 if entry_log.header is not None and entry_log.header.ledgers_map_offset > 0:
                     sealed.append(log_file)
         assert len(sealed) >= 3, "the first writer did not fill enough entry logs"
+        indexed = list(storage.indexed_ledgers())
+        replayed = pending_entries(layout, [ledger_id for ledger_id, _, _ in indexed])
         by_log: dict[int, list[tuple[int, int, int]]] = {}  # log -> (pos, ledger, entry) of closed ledgers
         verifiable: set[int] = set()  # closed ledgers whose digest a flipped byte breaks (not DUMMY)
-        logs_of: dict[int, set[int]] = {}  # closed ledger -> the logs its entries are in
-        for ledger_id, entry_ids, locations in storage.indexed_ledgers():
+        logs_of: dict[int, set[int]] = {}  # closed ledger with nothing to replay -> the logs its entries are in
+        for ledger_id, entry_ids, locations in indexed:
             meta = store.ledger(ledger_id)
             if meta is None or not meta.is_closed or entry_ids is None:
                 continue
-            logs_of[ledger_id] = {raw >> 32 for raw in locations}
+            if not any((ledger_id, entry_id) in replayed for entry_id in entry_ids):
+                logs_of[ledger_id] = {raw >> 32 for raw in locations}
             if meta.digest_type is not None and meta.digest_type.name != "DUMMY":
                 verifiable.add(ledger_id)
             for entry_id, raw in zip(entry_ids, locations):
-                by_log.setdefault(raw >> 32, []).append((raw & 0xFFFFFFFF, ledger_id, entry_id))
+                if (ledger_id, entry_id) not in replayed:
+                    by_log.setdefault(raw >> 32, []).append((raw & 0xFFFFFFFF, ledger_id, entry_id))
     flip_log, cut_log = [f for f in sealed if sum(1 for _, ledger, _ in by_log.get(f.entry_log_id, ())
                                                   if ledger in verifiable) > 20][:2]
     flippable = sorted(r for r in by_log[flip_log.entry_log_id] if r[1] in verifiable)
@@ -100,7 +110,7 @@ def _inject(bookie, metadata_uri: str) -> dict:
     idx = next(layout.index_current_dirs[0].rglob(f"{idx_ledger:x}.idx"))
     idx.unlink()
     return {"corrupt": (flip_ledger, flip_entry), "cut_log": cut_log.entry_log_id, "lost": lost,
-            "missing_ledger": idx_ledger}
+            "missing_ledger": idx_ledger, "replayed": len(replayed)}
 
 
 def test_agents_beside_a_live_cluster_find_every_injected_fault_and_nothing_else(tmp_path):
