@@ -248,10 +248,10 @@ def _write_entry_logs(shape: Shape, current: Path, index) -> None:
 def write_metadata_dump(ledgers: int, entries_per_ledger: int, entry_size: int, path: Path) -> int:
     """The ZooKeeper tree of the cluster (hierarchical manager), in the dump format; returns the znode count."""
     with open(path, "w", buffering=WRITE_BUFFER) as out:
-        return write_dump_nodes(_cluster_nodes(ledgers, entries_per_ledger, entry_size), out)
+        return write_dump_nodes(cluster_nodes(ledgers, entries_per_ledger, entry_size), out)
 
 
-def _cluster_nodes(ledgers: int, entries_per_ledger: int, entry_size: int) -> Iterator[ZNode]:
+def cluster_nodes(ledgers: int, entries_per_ledger: int, entry_size: int) -> Iterator[ZNode]:
     zxid = itertools.count(1)
 
     def node(path: str, data: bytes | None = b"", ephemeral: bool = False) -> ZNode:

@@ -37,12 +37,15 @@ def free_port() -> int:
 
 
 class ZooKeeperServer:
-    """``max_session_timeout_ms`` caps the sessions clients get (ZooKeeper's default: 40 s)."""
+    """``max_session_timeout_ms`` caps the sessions clients get (ZooKeeper's default: 40 s); ``heap_mb``
+    is the JVM's heap (a million znodes need about 1 GiB)."""
 
-    def __init__(self, workdir: Path, jar: Path = ZOOKEEPER_JAR, *, max_session_timeout_ms: int | None = None):
+    def __init__(self, workdir: Path, jar: Path = ZOOKEEPER_JAR, *, max_session_timeout_ms: int | None = None,
+                 heap_mb: int = 256):
         self.workdir = Path(workdir)
         self.jar = Path(jar)
         self.max_session_timeout_ms = max_session_timeout_ms
+        self.heap_mb = heap_mb
         self.port: int | None = None
         self._attempt: int | None = None  # names the config and data dir the serving JVM uses
         self._process: subprocess.Popen | None = None
@@ -108,7 +111,7 @@ class ZooKeeperServer:
         )
         self.log_path = self.workdir / f"zookeeper-{attempt}.log"
         command = [
-            java, "-Xmx256m", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
+            java, f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
             "-Dzookeeper.admin.enableServer=false", "-cp", str(self.jar), SERVER_MAIN, str(config),
         ]  # fmt: skip
         with self.log_path.open("ab") as log:  # a restart's lines follow the first run's

@@ -8,7 +8,6 @@ The dump is a JSON list of znodes ``{"path", "data_b64", "ephemeral", "mzxid", "
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -105,7 +104,7 @@ def _znode(entry: object, where: str) -> ZNode:
         raise DumpFormatError(f"{where} ({path}): 'data_b64' must be a string or null")
     try:
         data = None if encoded is None else base64.b64decode(encoded, validate=True)
-    except binascii.Error as exc:
+    except ValueError as exc:  # binascii.Error, or a character outside ASCII
         raise DumpFormatError(f"{where} ({path}): 'data_b64' is not base64: {exc}") from None
     numbers = {}
     for key in ("mzxid", "version", "ctime"):

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from google.protobuf import text_format
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fuzz.budget import HOSTILE_LENGTHS, bounded_memory, file_holding, fuzz_settings
@@ -158,6 +158,7 @@ def dump_files(draw) -> bytes:
 
 @fuzz_settings()
 @given(data=dump_files())
+@example(data=b'[{"path": "/ledgers/00/0000/L0007", "data_b64": "\\u0080", "ephemeral": false, "mzxid": 0, "version": 0}]')
 def test_dump_loads_or_raises_typed_error(data):
     with file_holding(data, "dump.json") as path, bounded_memory():
         try:

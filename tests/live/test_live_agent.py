@@ -91,8 +91,16 @@ def _inject(bookie, metadata_uri: str) -> dict:
             for entry_id, raw in zip(entry_ids, locations):
                 if (ledger_id, entry_id) not in replayed:
                     by_log.setdefault(raw >> 32, []).append((raw & 0xFFFFFFFF, ledger_id, entry_id))
-    flip_log, cut_log = [f for f in sealed if sum(1 for _, ledger, _ in by_log.get(f.entry_log_id, ())
-                                                  if ledger in verifiable) > 20][:2]
+    damageable = [f for f in sealed
+                  if sum(1 for _, ledger, _ in by_log.get(f.entry_log_id, ()) if ledger in verifiable) > 20]
+    # The ledger whose index goes: nothing of it in either damaged log (its only damage is the lost index).
+    for idx_ledger in sorted((ledger for ledger, logs in logs_of.items() if logs), key=lambda l: (len(logs_of[l]), l)):
+        others = [f for f in damageable if f.entry_log_id not in logs_of[idx_ledger]]
+        if len(others) >= 2:
+            flip_log, cut_log = others[:2]
+            break
+    else:
+        raise AssertionError(f"no flushed ledger beside two flushed logs to damage ({len(replayed)} entries replayed)")
     flippable = sorted(r for r in by_log[flip_log.entry_log_id] if r[1] in verifiable)
     pos, flip_ledger, flip_entry = flippable[len(flippable) // 2]
     with open(flip_log.path, "r+b") as f:
@@ -104,9 +112,6 @@ def _inject(bookie, metadata_uri: str) -> dict:
     cut_pos = records[len(records) // 2][0] - 4 + 10  # inside a record's header, half-way through the log
     lost = {(ledger, entry) for p, ledger, entry in records if p + 16 > cut_pos} - {(flip_ledger, flip_entry)}
     os.truncate(cut_log.path, cut_pos)
-    # A ledger with nothing in either damaged log, so its only damage is its lost index.
-    idx_ledger = min(ledger for ledger, logs in logs_of.items()
-                     if logs and not logs & {flip_log.entry_log_id, cut_log.entry_log_id})
     idx = next(layout.index_current_dirs[0].rglob(f"{idx_ledger:x}.idx"))
     idx.unlink()
     return {"corrupt": (flip_ledger, flip_entry), "cut_log": cut_log.entry_log_id, "lost": lost,
