@@ -3,9 +3,10 @@
 The livebk kit's cluster (ZooKeeper, bookie1 on .idx storage, bookies 2 and 3 on DbLedgerStorage, GC
 every 5 s, compaction every 15/40 s) runs with one agent per bookie, each on the bookie's own
 ``bk_server.conf``, its log file and the real ZooKeeper, marking damage under-replicated. A first
-writer fills the cluster; bookie1 is stopped, three real faults go into its sealed files (a flipped
-payload byte, a rotated log truncated mid-way, a deleted ``.idx``), it is started again, and a second
-writer (which deletes only ledgers it created itself) keeps the cluster busy while the agents go on.
+writer fills the cluster and a short one rotates logs past it; bookie1 is stopped, three real faults go
+into entries it has flushed (a flipped payload byte, a rotated log truncated mid-way, a deleted
+``.idx``), it is started again, and another writer (each deletes only ledgers it created itself) keeps
+the cluster busy while the agents go on.
 
 What must hold: every injected fault is found with its exact category, nothing else is ever
 reported (0 false findings), each damaged ledger is marked once, and the two untouched bookies log no
@@ -34,6 +35,7 @@ from scanner.storage.layout import discover_layout
 from test_agent_service import AgentProcess, wait_for
 
 SECONDS = int(os.environ.get("LIVE_SECONDS", "45"))
+FLUSHING_SECONDS = 10
 NOT_DAMAGE = {"orphan_ledger"}
 
 
@@ -126,6 +128,11 @@ def test_agents_beside_a_live_cluster_find_every_injected_fault_and_nothing_else
             for agent in agents:
                 agent.start().wait_ready()
             cluster.write(seconds=SECONDS, seed=1)
+            cluster.wait_for_writer()
+            # The first writer may leave only a few ledgers, its newest still in the journal only (an
+            # .idx bookie checkpoints when its entry log rotates). A short writer of its own ledgers
+            # rotates logs past them, so the first writer's ledgers are all flushed and can be damaged.
+            cluster.write(seconds=FLUSHING_SECONDS, seed=3)
             cluster.wait_for_writer()
             damaged = cluster.bookies[0]
             damaged.stop()
