@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path, PurePosixPath
 
@@ -16,8 +17,10 @@ from scanner.storage.indexfile import (
     IndexFileError,
     TruncatedIndexHeader,
     UnsupportedIndexVersion,
+    fetched_ahead,
     find_index_file,
     index_file_path,
+    index_files,
     indexed_ledger_ids,
 )
 from scanner.storage.location import EntryLocation
@@ -203,3 +206,47 @@ def test_only_hex_named_index_files_two_levels_deep_count_as_ledgers(tmp_path):
         path.write_bytes(b"")
     (current / "0" / "5" / "9.idx").mkdir()
     assert sorted(indexed_ledger_ids(current)) == [5, 123456789, 4294967311]
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_files_read_ahead_come_in_listing_order_already_open_and_read_like_any_other(tmp_path):
+    for ledger_id in range(1, 8):
+        path = tmp_path / index_file_path(ledger_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(header() + body({0: EntryLocation(ledger_id, 1024 + ledger_id)}))
+    listed = list(index_files(tmp_path))
+    before = _open_fds()
+    read = []
+    for ledger_id, path, guest in fetched_ahead(index_files(tmp_path), window=3):
+        assert guest is not None
+        with IndexFile(path, guest) as index:
+            read.append((ledger_id, path, [(e, loc.entry_log_id, loc.pos) for e, loc in index.locations()]))
+    assert [(ledger_id, path) for ledger_id, path, _ in read] == listed
+    assert all(slots == [(0, ledger_id, 1024 + ledger_id)] for ledger_id, _, slots in read)
+    assert _open_fds() == before
+
+
+def test_files_read_ahead_and_never_read_are_closed_when_the_reader_stops_early(tmp_path):
+    for ledger_id in range(1, 20):
+        path = tmp_path / index_file_path(ledger_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(header())
+    before = _open_fds()
+    ahead = fetched_ahead(list(index_files(tmp_path)), window=8)  # listed first: its scandirs hold fds too
+    ledger_id, path, guest = next(ahead)
+    assert _open_fds() == before + 9  # the one handed out and the eight behind it
+    IndexFile(path, guest).close()
+    ahead.close()
+    assert _open_fds() == before
+
+
+def test_a_file_gone_before_it_could_be_opened_ahead_is_handed_out_without_one(tmp_path):
+    path = tmp_path / index_file_path(5)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(header())
+    ahead = list(fetched_ahead([(5, str(path)), (6, str(tmp_path / "0" / "6" / "6.idx"))]))
+    assert [(ledger_id, guest is None) for ledger_id, _, guest in ahead] == [(5, False), (6, True)]
+    IndexFile(path, ahead[0][2]).close()

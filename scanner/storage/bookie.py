@@ -19,7 +19,8 @@ from pathlib import Path
 
 from scanner.storage.dbstorage import DbLedgerIndex, DbOpenError, MalformedDbRecord, MisplacedLedger
 from scanner.storage.entrylog import MissingEntryLog
-from scanner.storage.indexfile import IndexFile, IndexFileError, find_index_file, index_files, indexed_ledger_ids
+from scanner.storage.indexfile import (IndexFile, IndexFileError, close_unread, fetched_ahead, find_index_file,
+                                      index_files, indexed_ledger_ids)
 from scanner.storage.layout import BookieLayout
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation
@@ -123,15 +124,12 @@ class IndexFileStorage(BookieStorage):
     def indexed_ledgers(self, dir_index: int | None = None) -> Iterator[tuple[int, array, array]]:
         several_dirs = len(self.layout.index_current_dirs) > 1
         for current in self.layout.index_current_dirs:
-            for ledger_id, path in index_files(current):
-                if several_dirs:
-                    path = find_index_file(self.layout.index_current_dirs, ledger_id)
-                    if path is None:
-                        continue  # deleted since the directory was listed
-                    if not path.is_relative_to(current):
-                        continue  # the bookie reads this ledger's index from an earlier dir
+            for ledger_id, path, guest in fetched_ahead(index_files(current)):
+                if several_dirs and find_index_file(self.layout.index_current_dirs, ledger_id) != Path(path):
+                    close_unread(guest)  # deleted since the listing, or read from an earlier dir by the bookie
+                    continue
                 try:
-                    with IndexFile(path) as index:
+                    with IndexFile(path, guest) as index:
                         found = index.location_arrays()
                 except FileNotFoundError:
                     continue

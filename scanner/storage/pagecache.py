@@ -14,7 +14,8 @@ reads ahead itself: while it reads from disk, it asks for the next ``PREFETCH`` 
 (``POSIX_FADV_WILLNEED``), which the disk fetches while the walk verifies, and counts them as its
 own. A range it prefetched is not probed again; a chunk met in a cached stretch is probed, and
 left alone when it was all cached. Only a walk prefetches: a random read of one record reads just
-that. (An unprivileged reader cannot ask the page cache otherwise: ``mincore`` and ``cachestat``
+that. Small files read one after another (``.idx``) are asked for a window of files ahead, each
+first probed the same way (``fetch_ahead``): the disk then fetches many at once. (An unprivileged reader cannot ask the page cache otherwise: ``mincore`` and ``cachestat``
 answer only a file's owner or writers, and the agent runs as a user of its own.)
 
 Where a stretch fetched from disk runs into one the bookie had cached, the prefetch may count up
@@ -72,6 +73,12 @@ class PageCacheGuest:
             if ahead:
                 self._prefetch(max(self._stretch_to, offset + got), offset + got + PREFETCH)
         return view[:got]
+
+    def fetch_ahead(self, length: int) -> None:
+        """Before the first read of a small file the walk will come to soon: have the disk fetch its first
+        ``length`` bytes now, unless the bookie has them cached (their first page is). Counted as ours."""
+        if not self._read_cached(memoryview(bytearray(1)), 0):
+            self._prefetch(0, length)
 
     def _prefetch(self, start: int, end: int) -> None:
         """Have the disk fetch [start, end) while the walk verifies what it has; counted as ours."""
