@@ -403,17 +403,16 @@ class BookiePass:
             if journaled:
                 self.totals.journaled += len(journaled)
                 indexed = sorted(set(evidence.indexed or ()) | set(journaled))
-                evidence = dataclasses.replace(evidence, indexed=indexed, index_problem=None)
+                evidence = dataclasses.replace(evidence, indexed=indexed, index_problem=None,
+                                               faults=self._unbuffered(ledger_id, evidence.faults, pending))
             recording = self._unindexed.get(ledger_id)
             if recording is not None and evidence.indexed is None:
                 evidence = dataclasses.replace(evidence, logged_entries=sorted(recording.entries),
                                                logged_in=tuple(sorted(recording.logs)))
             findings.extend(judge_ledger(read.meta, self.bookie_id, evidence))
-        confirmed = self._still_faulty(scanner, ledger_id, faults)
-        buffered = [f for f in confirmed if f.lost and (ledger_id, f.entry_id) in pending]
-        if buffered:  # acknowledged in the journal since the last mark: the log's copy is still to be flushed
-            self.totals.journaled += len(buffered)
-            confirmed = tuple(f for f in confirmed if f not in buffered)
+        still = self._still_faulty(scanner, ledger_id, faults)
+        confirmed = self._unbuffered(ledger_id, still, pending)
+        self.totals.journaled += len(still) - len(confirmed)
         reported = self._reported[ledger_id]
         for finding in findings:
             if finding.category in (Category.LOST_ENTRY, Category.CORRUPT_ENTRY):
@@ -427,6 +426,12 @@ class BookiePass:
         if not reported:
             del self._reported[ledger_id]
         return findings
+
+    @staticmethod
+    def _unbuffered(ledger_id: int, faults, pending: set[tuple[int, int]]) -> tuple[RecordFault, ...]:
+        """``faults`` less the records gone whose entries the journal holds since the last mark: acknowledged,
+        and the log's copy still to be flushed (the bookie serves them from its entry logger's buffer)."""
+        return tuple(f for f in faults if not (f.lost and (ledger_id, f.entry_id) in pending))
 
     def _still_faulty(self, scanner: BookieScanner, ledger_id: int, faults) -> tuple[RecordFault, ...]:
         """The walk's faults of the ledger that the index, read now, still points at and that still fail."""

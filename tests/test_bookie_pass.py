@@ -167,3 +167,35 @@ def test_records_still_in_the_entry_loggers_buffer_are_not_lost_when_the_journal
         assert _lost(full.run()) == set()
         assert full.totals.journaled == len(pointed)
         full.storage.close()
+
+
+def test_a_ledger_whose_index_appears_during_the_pass_pointing_into_the_buffer_is_not_lost(tmp_path, monkeypatch):
+    """Live, the bookie created a ledger's .idx after the pass had listed the index files; by the time the pass
+    judged that ledger, the index pointed into the newest log, still empty on disk, at entries the journal
+    held since the last mark. That is the entry logger's buffer, not loss."""
+    import scanner.bookie_pass as bookie_pass
+    from scanner.storage.indexfile import find_index_file
+
+    layout, pointed = _newest_log_emptied(tmp_path / "bookie", "bookie1")
+    late = min(ledger_id for ledger_id, _ in pointed)
+    index_file = find_index_file(layout.index_current_dirs, late)
+    hidden = tmp_path / "hidden.idx"
+    os.rename(index_file, hidden)  # not there when the pass lists the index files
+    journal = tmp_path / "bookie" / "bookie1" / "journal" / "current"
+    journal.mkdir(parents=True)
+    header = b"BKLG" + struct.pack(">i", 5) + bytes(504)
+    (journal / "10.txn").write_bytes(header + b"".join(_journal_record(*entry) for entry in sorted(pointed)))
+    for current in layout.ledger_current_dirs:
+        (current / "lastMark").write_bytes(struct.pack(">qq", 0x10, 512))
+    read_journal = bookie_pass.pending_entries
+
+    def index_written_meanwhile(*args):
+        if hidden.exists():
+            os.rename(hidden, index_file)  # the bookie's checkpoint wrote it after the listing
+        return read_journal(*args)
+
+    monkeypatch.setattr(bookie_pass, "pending_entries", index_written_meanwhile)
+    with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
+        assert _lost(full.run()) == set()
+        assert not hidden.exists()
+        full.storage.close()
