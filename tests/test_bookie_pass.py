@@ -149,6 +149,16 @@ def _lost(findings) -> set[tuple[int, int]]:
             for first, last in f.entries for e in range(first, last + 1)}
 
 
+def _journal_holds(bookie: Path, layout, entries) -> None:
+    """The bookie's journal holds ``entries`` (ledger, entry) after its last mark: acknowledged, not yet flushed."""
+    journal = bookie / "journal" / "current"
+    journal.mkdir(parents=True)
+    header = b"BKLG" + struct.pack(">i", 5) + bytes(504)
+    (journal / "10.txn").write_bytes(header + b"".join(_journal_record(*entry) for entry in sorted(entries)))
+    for current in layout.ledger_current_dirs:
+        (current / "lastMark").write_bytes(struct.pack(">qq", 0x10, 512))
+
+
 def test_records_still_in_the_entry_loggers_buffer_are_not_lost_when_the_journal_holds_them(tmp_path):
     layout, pointed = _newest_log_emptied(tmp_path / "unjournaled", "bookie1")
     assert pointed
@@ -157,12 +167,7 @@ def test_records_still_in_the_entry_loggers_buffer_are_not_lost_when_the_journal
         full.storage.close()
 
     layout, pointed = _newest_log_emptied(tmp_path / "journaled", "bookie1")
-    journal = tmp_path / "journaled" / "bookie1" / "journal" / "current"
-    journal.mkdir(parents=True)
-    header = b"BKLG" + struct.pack(">i", 5) + bytes(504)
-    (journal / "10.txn").write_bytes(header + b"".join(_journal_record(*entry) for entry in sorted(pointed)))
-    for current in layout.ledger_current_dirs:
-        (current / "lastMark").write_bytes(struct.pack(">qq", 0x10, 512))
+    _journal_holds(tmp_path / "journaled" / "bookie1", layout, pointed)
     with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
         assert _lost(full.run()) == set()
         assert full.totals.journaled == len(pointed)
@@ -181,12 +186,7 @@ def test_a_ledger_whose_index_appears_during_the_pass_pointing_into_the_buffer_i
     index_file = find_index_file(layout.index_current_dirs, late)
     hidden = tmp_path / "hidden.idx"
     os.rename(index_file, hidden)  # not there when the pass lists the index files
-    journal = tmp_path / "bookie" / "bookie1" / "journal" / "current"
-    journal.mkdir(parents=True)
-    header = b"BKLG" + struct.pack(">i", 5) + bytes(504)
-    (journal / "10.txn").write_bytes(header + b"".join(_journal_record(*entry) for entry in sorted(pointed)))
-    for current in layout.ledger_current_dirs:
-        (current / "lastMark").write_bytes(struct.pack(">qq", 0x10, 512))
+    _journal_holds(tmp_path / "bookie" / "bookie1", layout, pointed)
     read_journal = bookie_pass.pending_entries
 
     def index_written_meanwhile(*args):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections import deque
 import struct
 import sys
 from array import array
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 

@@ -12,11 +12,12 @@ so every later chunk would look cached and stay. So the reader turns the kernel'
 for its own file descriptor (``POSIX_FADV_RANDOM``; the bookie's descriptors keep theirs) and
 reads ahead itself: while it reads from disk, it asks for the next ``PREFETCH`` bytes
 (``POSIX_FADV_WILLNEED``), which the disk fetches while the walk verifies, and counts them as its
-own. A range it prefetched is not probed again; a chunk met in a cached stretch is probed, and
-left alone when it was all cached. Only a walk prefetches: a random read of one record reads just
-that. Small files read one after another (``.idx``) are asked for a window of files ahead, each
-first probed the same way (``fetch_ahead``): the disk then fetches many at once. (An unprivileged reader cannot ask the page cache otherwise: ``mincore`` and ``cachestat``
-answer only a file's owner or writers, and the agent runs as a user of its own.)
+own. A range it prefetched is not probed again; a chunk met in a cached stretch is probed, and left
+alone when it was all cached. Only a walk prefetches: a random read of one record reads just that.
+Small files read one after another (``.idx``) are asked for a window of files ahead, each first
+probed the same way (``fetch_ahead``): the disk then fetches many at once. (An unprivileged reader
+cannot ask the page cache otherwise: ``mincore`` and ``cachestat`` answer only a file's owner or
+writers, and the agent runs as a user of its own.)
 
 Where a stretch fetched from disk runs into one the bookie had cached, the prefetch may count up
 to ``PREFETCH`` bytes of the bookie's pages as ours and drop them: a bounded cost at a boundary.
