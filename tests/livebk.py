@@ -215,6 +215,7 @@ class LiveCluster:
         self.run_dir = Path(run_dir)
         self.kit = Path(kit)
         self.bookie_count = bookie_count
+        self._zookeeper: subprocess.Popen | None = None  # set once this process started ZooKeeper again
         self.zk_port: int | None = None
         self.bookies: list[LiveBookie] = []
 
@@ -260,6 +261,10 @@ class LiveCluster:
         for bookie in self.bookies:
             if bookie.started_here:
                 bookie.stop()
+        if self._zookeeper is not None and self._zookeeper.poll() is None:
+            self._zookeeper.terminate()
+            self._zookeeper.wait(timeout=30)
+            (self.run_dir / "zk.pid").unlink(missing_ok=True)
         if self.run_dir.is_dir():
             subprocess.run([str(self.kit / "stop.sh"), str(self.run_dir)], stdin=subprocess.DEVNULL,
                            capture_output=True, timeout=120)
@@ -312,6 +317,29 @@ class LiveCluster:
         if "DONE" not in log:
             raise LiveClusterError("the writer did not finish: " + log[-2000:])
         return log
+
+    def stop_zookeeper(self) -> None:
+        """End the cluster's ZooKeeper (SIGTERM), as an outage of the ensemble would."""
+        pid_file = self.run_dir / "zk.pid"
+        _end_process(int(pid_file.read_text()))
+        pid_file.unlink()
+
+    def start_zookeeper(self, timeout: float = 60.0) -> None:
+        """Start the ZooKeeper ``stop_zookeeper`` ended again, on its data dir and port, as start.sh does."""
+        java = shutil.which("java") or "java"
+        with open(self.run_dir / "zk.log", "ab") as log:
+            process = subprocess.Popen(
+                [java, "-Xmx128m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={self.kit / 'log4j2.xml'}",
+                 "-cp", f"{self.kit / 'lib'}/*", "org.apache.zookeeper.server.ZooKeeperServerMain",
+                 str(self.run_dir / "zk" / "zoo.cfg")],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        (self.run_dir / "zk.pid").write_text(f"{process.pid}\n")
+        self._zookeeper = process
+        deadline = time.monotonic() + timeout
+        while not listening(self.zk_port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise LiveClusterError(f"ZooKeeper did not come back: see {self.run_dir / 'zk.log'}")
+            time.sleep(0.2)
 
     def start_autorecovery(self, *settings: str) -> None:
         """Start BookKeeper's own AutoRecoveryMain (the Auditor and a ReplicationWorker) with the kit's script.

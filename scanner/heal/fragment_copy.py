@@ -76,10 +76,8 @@ class FragmentCopier:
             if self._stopping():
                 raise CopyFailed(CopyProblem.STOPPED, entries[start], "stopping")
             window = entries[start:start + WINDOW]
-            sizes = await asyncio.gather(*(
-                self._copy_entry(meta.ledger_id, e, fragment, index, source, target, in_ranges(damaged, e), verifier,
-                                 key)
-                for e in window))
+            sizes = await _all(self._copy_entry(meta.ledger_id, e, fragment, index, source, target,
+                                                in_ranges(damaged, e), verifier, key) for e in window)
             done = Copied(done.entries + len(window), done.bytes + sum(sizes))
         return done
 
@@ -124,8 +122,8 @@ class FragmentCopier:
         index = fragment.bookie_index(source)
         verifier = DigestVerifier(meta.digest_type, meta.password)
         for start in range(0, len(entry_ids), WINDOW):
-            await asyncio.gather(*(self.good_copy(meta.ledger_id, e, fragment, index, source, True, verifier)
-                                   for e in entry_ids[start:start + WINDOW]))
+            await _all(self.good_copy(meta.ledger_id, e, fragment, index, source, True, verifier)
+                       for e in entry_ids[start:start + WINDOW])
 
     async def _read(self, bookie_id: str, ledger_id: int, entry_id: int, verifier: DigestVerifier) -> PeerCopy:
         try:
@@ -137,3 +135,13 @@ class FragmentCopier:
         if not reply.ok:
             return PeerCopy(bookie_id, CopyState.NO_ANSWER, detail=code_name(reply.code))
         return PeerCopy(bookie_id, judge_copy(ledger_id, entry_id, reply.body, verifier), reply.body)
+
+
+async def _all(coroutines) -> list:
+    """The coroutines' results; the first to fail cancels the others, which are awaited, and its error is raised."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(c) for c in coroutines]
+    except ExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [t.result() for t in tasks]

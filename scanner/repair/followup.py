@@ -12,7 +12,7 @@ copy passes its check and it would clear the mark without changing anything. Bef
 ledger is re-verified on this bookie; a ledger deleted, moved on by someone else, or whose damage is
 gone ends the follow-up. A move that cannot be made (no bookie to move to, no verified copy
 anywhere) is escalated at once, one that keeps failing after ``ESCALATE_AFTER_FAILURES`` tries;
-both are tried again every ``RETRY_SECONDS``, and a later success still ends the follow-up.
+both are tried again, at growing intervals (``RETRY_SECONDS``), and a later success still ends the follow-up.
 
 Without re-replication, marks are left to the workers: is the mark still there (pending)? If it is
 gone, is the damage still on this bookie, in entries the fresh metadata still assigns here? Then
@@ -49,7 +49,7 @@ STATE_FILE = "repair-followup.json"
 STATE_VERSION = 2
 DEFAULT_COMMAND_TIMEOUT = 600.0
 OUTPUT_TAIL = 2000
-RETRY_SECONDS = 600.0  # a move that failed, or could not be made, is tried again after this
+RETRY_SECONDS = (30.0, 600.0)  # a move that failed, or could not be made, is tried again: first after, at most after
 ESCALATE_AFTER_FAILURES = 3  # failed moves (a bookie down, ZooKeeper trouble) before the operator is told
 EVENTS_KEPT = 20  # the newest events of each ledger's history
 ENDED_KEPT = 200  # ended follow-ups kept for the repair report, newest first
@@ -362,11 +362,12 @@ class FollowUp:
                          once=True)
             return
         failures = record.failures + 1
+        retry = min(RETRY_SECONDS[1], RETRY_SECONDS[0] * 2 ** (failures - 1))
         log.log(logging.ERROR if attempt.outcome is not Outcome.FAILED else logging.WARNING,
                 "ledger %d: damaged copy on %s not moved (%s): %s; trying again in %gs", ledger_id, self.bookie_id,
-                attempt.outcome.value, attempt.detail, RETRY_SECONDS)
+                attempt.outcome.value, attempt.detail, retry)
         record = self._update(record, now, "failed", f"{attempt.outcome.value}: {attempt.detail}", failures=failures,
-                              next_try_ms=now + int(RETRY_SECONDS * 1000), entries=plan.entries)
+                              next_try_ms=now + int(retry * 1000), entries=plan.entries)
         if attempt.outcome is not Outcome.FAILED or failures >= ESCALATE_AFTER_FAILURES:
             report.findings.append(self._unrepaired(record, plan, f"it could not be moved to another bookie "
                                                                   f"({attempt.outcome.value}: {attempt.detail})"))
