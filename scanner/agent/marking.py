@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import shlex
 import threading
+import time
 from collections.abc import Callable
 
 from kazoo.exceptions import KazooException
@@ -22,6 +23,8 @@ from scanner.repair.planner import damage_by_ledger, plan_repairs
 from scanner.repair.rereplicate import Rereplicator
 
 log = logging.getLogger(__name__)
+
+CYCLE_SECONDS = 120.0
 
 
 class Marking:
@@ -62,12 +65,18 @@ class Marking:
             return filed
 
     def follow_up(self, reverify) -> None:
-        """One follow-up cycle over the marks filed; UNREPAIRED findings go to the book."""
+        """One follow-up cycle over the marks filed; UNREPAIRED findings go to the book.
+
+        A cycle starts no new ledger after ``CYCLE_SECONDS``, so new marks are not held back for long
+        behind many moves; the ledgers it did not reach are due first in the next one.
+        """
         with self._lock:
             if not self.metadata.connected:
                 return
+            deadline = time.monotonic() + CYCLE_SECONDS
             try:
-                report = self.followup.run_cycle(self.metadata.store, reverify, self.stopping)
+                report = self.followup.run_cycle(self.metadata.store, reverify,
+                                                 lambda: self.stopping() or time.monotonic() > deadline)
             except (MetadataUnavailable, MarkError, KazooException, OSError) as exc:
                 self._retries.log("follow-up cycle cut short (%s): will retry", exc)
                 return

@@ -50,6 +50,7 @@ STATE_VERSION = 2
 DEFAULT_COMMAND_TIMEOUT = 600.0
 OUTPUT_TAIL = 2000
 RETRY_SECONDS = (30.0, 600.0)  # a move that failed, or could not be made, is tried again: first after, at most after
+BUSY_SECONDS = 10.0  # another repairer holds the ledger's lock: ask again after this
 ESCALATE_AFTER_FAILURES = 3  # failed moves (a bookie down, ZooKeeper trouble) before the operator is told
 EVENTS_KEPT = 20  # the newest events of each ledger's history
 ENDED_KEPT = 200  # ended follow-ups kept for the repair report, newest first
@@ -275,7 +276,8 @@ class FollowUp:
         ledger's copies on this bookie, digests included (``BookieScanner.scan_ledger(id, verify_digests=True)``).
         """
         report = CycleReport()
-        for ledger_id in sorted(self.tracked):
+        # The longest due first: a cycle cut short by ``stopping`` leaves the others for the next.
+        for ledger_id in sorted(self.tracked, key=lambda i: (self.tracked[i].next_try_ms, i)):
             if stopping():
                 break
             record = self.tracked[ledger_id]
@@ -354,7 +356,7 @@ class FollowUp:
             return
         if attempt.outcome is Outcome.BUSY:
             report.pending.append(ledger_id)
-            self._update(record, now, "busy", attempt.detail, once=True)
+            self._update(record, now, "busy", attempt.detail, once=True, next_try_ms=now + int(BUSY_SECONDS * 1000))
             return
         if attempt.outcome is Outcome.DEFERRED:
             report.waiting.append(ledger_id)

@@ -223,6 +223,8 @@ class Rereplicator:
         if mark is not None and self.bookie_id in mark.replicas:
             return False
         self.marks.mark(ledger_id, [self.bookie_id])
+        log.info("marked ledger %d under-replicated again (replica %s): its mark was cleared with the damage "
+                 "in place", ledger_id, self.bookie_id)
         return True
 
     def _move_fragment(self, meta: LedgerMetadata, fragment: Fragment, writable: list[str], damaged: EntryRanges,
