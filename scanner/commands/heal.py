@@ -55,7 +55,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from scanner.bookie_scan import scan_bookie
+    from scanner.scan.on_demand import scan_bookie
     from scanner.cli import UsageError
     from scanner.heal.after_scan import heal_damage
     from scanner.metadata.store import MetadataUnavailable
