@@ -23,7 +23,7 @@ COMMAND_MODULES = (
     "pause",
     "export",
     "audit",
-    "heal",
+    "repair",
 )
 
 EXIT_USAGE = 2

@@ -403,7 +403,7 @@ def test_read_entry_returns_the_stored_entry_or_a_typed_error(write):
 # --- verification and pacing -----------------------------------------------------------------
 
 
-def test_verify_records_yields_only_failures_and_counts_the_rest(write):
+def test_a_walk_yields_only_failures_and_counts_the_rest(write):
     damaged = bytearray(RECORDS[2])
     damaged[-1] ^= 0xFF
     short_for_hmac = record(entry(8, 0, b"", DigestType.DUMMY))  # 32 bytes: too short for a 20-byte MAC
