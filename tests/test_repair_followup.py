@@ -9,13 +9,13 @@ import pytest
 from prometheus_client import REGISTRY
 
 from corpus import CORPUS, bookie_id, scan_args
-from scanner.bookie_scan import BookieScanner
 from scanner.checks.findings import Category, Finding
 from scanner.cli import main
 from scanner.metadata.zookeeper import ZooKeeperStore
 from scanner.repair.filer import MarkFiler
 from scanner.repair.followup import STATE_FILE, FollowUp, Stage, expand_command
 from scanner.repair.marks import UnderreplicationMarks, mark_path
+from scanner.scan.targeted import BookieScanner
 from scanner.statefile import read_json
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout

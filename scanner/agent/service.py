@@ -32,9 +32,9 @@ from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue, parse_suspe
 from scanner.agent.units import moment_text, rate_text
 from scanner.agent.workcount import CarriedTotal, MeteredPacer
 from scanner.agent.worker import LedgerDirWorker, WorkerSettings
-from scanner.bookie_scan import BookieScanner
 from scanner.metadata.store import MetadataUnavailable
 from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
+from scanner.scan.targeted import BookieScanner
 from scanner.statefile import write_problem
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import LayoutError, discover_layout

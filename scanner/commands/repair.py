@@ -64,7 +64,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from scanner.bookie_scan import scan_bookie
     from scanner.cli import UsageError
     from scanner.commands.scan import check_narrowing
     from scanner.envelope import envelope, write_document
@@ -73,6 +72,7 @@ def run(args) -> int:
     from scanner.metadata.zookeeper import ZooKeeperStore
     from scanner.repair.planner import damage_by_ledger, merge_ranges
     from scanner.repair.rereplicate import Outcome, Rereplicator
+    from scanner.scan.on_demand import scan_bookie
     from scanner.storage.bookie import open_bookie
 
     if not args.timeout > 0:

@@ -61,7 +61,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from scanner.bookie_scan import ParallelDirs, scan_bookie
+    from scanner.scan.on_demand import ParallelDirs, scan_bookie
     from scanner.cli import UsageError
     from scanner.envelope import write_document
     from scanner.metadata.store import MetadataUnavailable
