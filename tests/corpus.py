@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from scanner.cli import main
+from scanner.scan.walker import WALKER_VARIABLE
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real-bookkeeper-4.16.7"
 BOOKIES = ("bookie1", "bookie2", "bookie3", "bookie4")
@@ -39,6 +42,29 @@ def scan_args(name: str, ledger_dir: Path | None = None) -> list[str]:
 def scan(capsys, *args: str) -> tuple[int, dict]:
     status = main(["scan", *args, "--format", "json"])
     return status, json.loads(capsys.readouterr().out)
+
+
+@contextmanager
+def reference_walker():
+    """Walks in the context use the Python walker (the reference), whatever is built."""
+    before = os.environ.get(WALKER_VARIABLE)
+    os.environ[WALKER_VARIABLE] = "python"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[WALKER_VARIABLE]
+        else:
+            os.environ[WALKER_VARIABLE] = before
+
+
+def scan_with_both_walkers(capsys, *args: str) -> tuple[int, dict]:
+    """``scan`` as :func:`scan` runs it, and again with the reference walker: both must report the same."""
+    status, report = scan(capsys, *args)
+    with reference_walker():
+        again, reference = scan(capsys, *args)
+    assert (again, timeless(reference)) == (status, timeless(report)), "the walkers disagree"
+    return status, report
 
 
 def timeless(report: dict) -> dict:

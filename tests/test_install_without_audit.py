@@ -1,5 +1,7 @@
-"""A bookie host's install: the package without the `audit` extra in a fresh venv, so no PySpark, and no
-`java` on PATH; `scan`, `run` and `export` work on a copy of a real corpus bookie all the same.
+"""A bookie host's install: the package without the `audit` extra in a fresh venv, so no PySpark, no
+`java` on PATH, and no C compiler (the native record walker is not built: the Python walker walks, and
+`--version` and the agent's health say so); `scan`, `run` and `export` work on a copy of a real corpus
+bookie all the same.
 
 The venv gets the lowest protobuf and pyarrow pyproject.toml allows (the rest of the suite runs on the
 newest), so those floors are proven too."""
@@ -7,6 +9,7 @@ newest), so those floors are proven too."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -42,17 +45,20 @@ def floor_pins() -> list[str]:
 
 @pytest.fixture(scope="module")
 def agent_venv(tmp_path_factory) -> Path:
-    """A fresh venv with ``pip install bookie-scanner`` from a copy of this checkout (the build writes beside it)."""
+    """A fresh venv with ``pip install bookie-scanner`` from a copy of this checkout (the build writes beside it),
+    built where the C compiler fails."""
     root = tmp_path_factory.mktemp("agent-install")
     source = root / "source"
     for package in ("scanner", "throttle"):
-        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, source / name)
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    no_compiler = {**os.environ, "CC": "false"}
     installed = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-                                str(source), *floor_pins()], capture_output=True, text=True, timeout=600)
+                                str(source), *floor_pins()], capture_output=True, text=True, timeout=600,
+                               env=no_compiler)
     assert installed.returncode == 0, installed.stderr[-3000:]
     return venv
 
@@ -84,6 +90,12 @@ def test_the_install_has_no_spark_and_the_floor_versions(agent_venv):
     listed = subprocess.run([str(agent_venv / "bin" / "pip"), "list", "--format", "freeze",
                              "--disable-pip-version-check"], capture_output=True, text=True, check=True)
     assert set(floor_pins()) <= set(listed.stdout.lower().split())
+
+
+def test_without_a_compiler_the_python_walker_walks_and_says_so(agent_venv, tmp_path):
+    version = bookie_scanner(agent_venv, no_java_env(agent_venv, tmp_path), "--version")
+    assert version.returncode == 0
+    assert "(record walker: python, the native extension is not built" in version.stdout, version.stdout
 
 
 def test_scan_and_export_without_java_and_the_audit_names_its_extra(agent_venv, bookie_copy, tmp_path):
@@ -122,6 +134,7 @@ def test_run_scans_a_pass_and_stops_on_sigterm_without_java(agent_venv, bookie_c
         health = wait_for(lambda: _health(state_dir, agent.pid), 60,
                           f"no pass completed; stderr: {(tmp_path / 'agent.err').read_text()[-2000:]}")
         assert health["findings"].get("missing_entry") == 1
+        assert health["record_walker"].startswith("python, the native extension is not built")
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=30) == 0
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corpus import (BOOKIES, CORPUS, assert_clean_report, by_category, corruption_report, deleted_ledgers,
-                    entries_of, expected_missing, scan, scan_args, stored_deleted)
+                    entries_of, expected_missing, scan, scan_args, scan_with_both_walkers, stored_deleted)
 from scanner.cli import main
 
 DUMP = CORPUS / "zk-dump.json"
@@ -13,7 +13,7 @@ DUMP = CORPUS / "zk-dump.json"
 
 @pytest.mark.parametrize("name", BOOKIES)
 def test_clean_bookie_against_a_dump(capsys, name):
-    status, report = scan(capsys, *scan_args(name), "--metadata", f"file:{DUMP}")
+    status, report = scan_with_both_walkers(capsys, *scan_args(name), "--metadata", f"file:{DUMP}")
     assert_clean_report(name, status, report)
 
 
@@ -30,8 +30,8 @@ def _experiment(copy_name: str) -> dict:
 @pytest.mark.parametrize("copy_name, original", [("bookie1-corrupted", "bookie1"), ("bookie3-corrupted", "bookie3")])
 def test_damaged_copy_reports_exactly_the_injected_damage(capsys, copy_name, original):
     experiment = _experiment(copy_name)
-    status, report = scan(capsys, *scan_args(original, CORPUS / "corrupted" / copy_name / "ledgers"),
-                          "--metadata", f"file:{DUMP}")
+    status, report = scan_with_both_walkers(capsys, *scan_args(original, CORPUS / "corrupted" / copy_name / "ledgers"),
+                                            "--metadata", f"file:{DUMP}")
     found = by_category(report)
     assert status == 1
     faults = {f["kind"]: f for f in experiment["faults"]}
@@ -77,7 +77,8 @@ def test_narrowed_to_one_ledger_verifies_its_digests_through_the_index(capsys):
 
 def test_narrowed_to_one_entry_log(capsys):
     copy = CORPUS / "corrupted" / "bookie3-corrupted" / "ledgers"
-    status, report = scan(capsys, *scan_args("bookie3", copy), "--metadata", f"file:{DUMP}", "--entry-log", "0")
+    status, report = scan_with_both_walkers(capsys, *scan_args("bookie3", copy), "--metadata", f"file:{DUMP}",
+                                            "--entry-log", "0")
     assert [(f["category"], f["ledger_id"]) for f in report["findings"] if f["category"] != "orphan_ledger"] == [
         ("corrupt_entry", 10)]
     assert report["summary"]["entry_logs_scanned"] == 1 and report["summary"]["ledgers_checked"] == 0

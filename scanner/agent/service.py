@@ -35,6 +35,7 @@ from scanner.agent.worker import LedgerDirWorker, WorkerSettings
 from scanner.metadata.store import MetadataUnavailable
 from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
 from scanner.scan.targeted import BookieScanner
+from scanner.scan.walker import walker_in_use
 from scanner.statefile import write_problem
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import LayoutError, discover_layout
@@ -358,6 +359,7 @@ class Agent:
             "status": status,
             "bookie_id": self.layout.bookie_id,
             "storage": self.layout.storage,
+            "record_walker": walker_in_use(),
             "paused": self._paused,
             "state_dir_problem": state_problem,
             "findings": self.book.counts(),

@@ -57,7 +57,8 @@ def health_text(health: dict) -> str:
     verdict = "NEEDS ATTENTION: " + ", ".join(problems) if problems else "OK"
     if health["paused"]:
         verdict += " (paused)"
-    lines = [f"bookie {health['bookie_id']} ({health['storage']} storage): {verdict}"]
+    lines = [f"bookie {health['bookie_id']} ({health['storage']} storage): {verdict}",
+             f"  record walker  {health['record_walker']}"]
     if "zookeeper_connected" in health:
         lines.append("  zookeeper      " + ("connected" if health["zookeeper_connected"]
                                            else "NOT connected (scanning on cached metadata)"))

@@ -42,7 +42,7 @@ from scanner.scan.orphans import OrphanTrace, orphan_findings
 from scanner.scan.pacing import Pacer, Unpaced
 from scanner.scan.targeted import BookieScanner, verifier_of
 from scanner.scan.totals import ScanTotals
-from scanner.scan.walker import PythonWalk, walk_records
+from scanner.scan.walker import walk_records
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size
 from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entry import DigestVerifier
@@ -84,7 +84,7 @@ class _LogWalk:
 
     log_file: EntryLogFile
     entry_log: EntryLog
-    walk: PythonWalk
+    walk: object  # a walk from scanner.scan.walker.walk_records
     whole: bool  # walked from its first record (so its ledgers map can be checked)
     faults: dict[int, list[RecordFault]] = field(default_factory=lambda: defaultdict(list))
     drained: int = 0  # index faults of the walk already among ``faults``

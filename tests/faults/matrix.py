@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 
-from corpus import BOOKIES, CORPUS, manifest, scan
+from corpus import BOOKIES, CORPUS, manifest, scan_with_both_walkers
 from faults.inject import copy_ledger_dir, index_file, overwrite, truncate, xor_byte
 from faults.pristine import PAGE, RECORDS_START, Log, Pristine, Record, finding_keys, pristine
 
@@ -72,7 +72,7 @@ def check_fault(capsys, tmp_path: Path, bookie: str, fault: Fault) -> None:
     copy = copy_ledger_dir(model.ledger_dir, tmp_path / "ledgers")
     expect = fault.inject(model, copy)
     assert bool(expect.keys) != bool(expect.unnoticed_because), "a fault is either reported or explained"
-    status, report = scan(capsys, *model.scan_args(copy))
+    status, report = scan_with_both_walkers(capsys, *model.scan_args(copy))
     found = finding_keys(report)
     added, wanted = found - model.baseline, expect.keys
     if expect.damage_by_log_only:

@@ -8,15 +8,19 @@ hostile values in every length field, then read the way a scan reads them.
 from __future__ import annotations
 
 import struct
+from array import array
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzz.budget import HOSTILE_LENGTHS, bounded_memory, file_holding, fuzz_settings
+from scanner.scan.native_walker import NativeWalk
+from scanner.scan.python_walker import PythonWalk
+from scanner.scan.walk_data import NO_MORE, ExpectedRecords
 from scanner.scan.walker import walk_records
 from scanner.storage.dbstorage import MalformedDbRecord, parse_ledger_data, parse_location_value
-from scanner.storage.entry import DigestType, DigestVerifier
+from scanner.storage.entry import DigestType, DigestVerifier, build_entry
 from scanner.storage.entrylog import EntryLog, EntryLogError
 from scanner.storage.indexfile import IndexFile, IndexFileError, parse_index_header
 from scanner.storage.journal import pending_entries
@@ -45,6 +49,23 @@ record = st.builds(
         _pack(">iqq", 16 + len(body) if honest else length, ledger, entry) + body),
     int32, int64, int64, small_bytes, st.booleans())
 
+# A record a client wrote: its digest holds (unless a byte is flipped), for the digest type _verifier_for gives.
+honest_record = st.builds(
+    lambda ledger, entry, payload, flip: _flipped(_record(build_entry(
+        ledger, entry, entry - 1, len(payload), payload, DigestType(ledger % 4 + 1), b"pw")), flip),
+    st.integers(0, 40), st.integers(0, 5), st.binary(max_size=300), st.one_of(st.none(), st.integers(0, 400)))
+
+
+def _record(entry: bytes) -> bytes:
+    return _pack(">i", len(entry)) + entry
+
+
+def _flipped(data: bytes, at: int | None) -> bytes:
+    if at is None or at >= len(data):
+        return data
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1:]
+
+
 ledgers_map_batch = st.builds(
     lambda length, ledger, entry, items, honest: (
         _pack(">iqqi", 20 + 16 * len(items) if honest else length, ledger, entry, len(items))
@@ -65,7 +86,7 @@ def entry_log_files(draw) -> bytes:
         head = head.ljust(4096, b"\0")
     else:
         head = head.ljust(1024, b"\0")
-    chunks = draw(st.lists(st.one_of(record, ledgers_map_batch, filler), max_size=12))
+    chunks = draw(st.lists(st.one_of(record, honest_record, ledgers_map_batch, filler), max_size=12))
     data = head + b"".join(chunks)
     if draw(st.booleans()):
         data = data[:draw(st.integers(0, len(data)))]  # torn or truncated
@@ -92,6 +113,88 @@ def test_entry_log_reader_reports_damage_as_typed_problems(data, reads):
                 continue
             assert 16 <= len(entry) and pos + len(entry) <= len(data)
     assert all(isinstance(problem, EntryLogError) for problem in entry_log.problems)
+
+
+@st.composite
+def expected_locations(draw, records: list[tuple[int, int, int]], start: int) -> list[ExpectedRecords]:
+    """The index's locations into a log holding ``records`` (pos, ledger, entry): some right, some pointing into
+    a record, at another entry or past the end; cut into windows as the location runs serve them."""
+    locations = [(p, l, e) for p, l, e in records if draw(st.booleans())]
+    locations += [(p, l ^ 1, e) if draw(st.booleans()) else (p + 1, l, e) for p, l, e in records if draw(st.booleans())]
+    locations += draw(st.lists(st.tuples(st.integers(0, 1 << 14), st.integers(0, 40), st.integers(0, 5)), max_size=4))
+    locations = sorted(loc for loc in locations if loc[0] >= start + 4)
+    cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(locations))), max_size=3))))
+    windows, first = [], 0
+    for cut in [c for c in cuts if c < len(locations)] + [len(locations)]:
+        part = locations[first:cut]
+        end = locations[cut][0] if cut < len(locations) else NO_MORE
+        windows.append(ExpectedRecords(array("Q", [p for p, _, _ in part]), array("Q", [l for _, l, _ in part]),
+                                       array("Q", [e for _, _, e in part]), end))
+        first = cut
+    return windows
+
+
+class _Enough(Exception):
+    """A pace call stopped the walk (as a checkpoint does)."""
+
+
+def _walked(path: Path, walk_class, expected, start, pace_interval: int, stop_at_pace: int | None,
+            failures_taken: int | None) -> dict:
+    """Everything a walk tells its caller, to compare two walkers by."""
+    paces = []
+
+    def pace(n):
+        paces.append(n)
+        if len(paces) == stop_at_pace:
+            raise _Enough
+
+    with EntryLog(path, 1) as entry_log:
+        walk = walk_class(entry_log, _verifier_for, expected, start)
+        failures, stopped = [], False
+        walking = walk.failures(pace, pace_interval)
+        try:
+            for failure in walking:
+                failures.append(failure)
+                if len(failures) == failures_taken:
+                    walking.close()
+                    break
+        except _Enough:
+            stopped = True
+        stats = walk.stats
+        return {"failures": failures, "stopped": stopped, "paces": paces, "index_faults": walk.index_faults,
+                "counts": (stats.entries_verified, stats.entries_skipped, stats.entries_failed, stats.bytes_scanned),
+                "ledger_bytes": stats.ledger_bytes if not (stopped or failures_taken) else None,
+                "problems": [(type(p).__name__, p.offset, str(p)) for p in entry_log.problems],
+                "valid_end": entry_log.valid_end}
+
+
+@st.composite
+def walkable_entry_logs(draw) -> bytes:
+    """Logs that mostly walk: a sound header, records a client wrote, then anything, maybe torn near the end."""
+    direct = draw(st.booleans())
+    head = _pack(">4siqi", b"BKLO", 1, 0, 0).ljust(1024, b"\0")
+    if direct:
+        head = (head + _pack(">iq", 4096 - 1024 - 4, -1)).ljust(4096, b"\0")
+    chunks = draw(st.lists(honest_record, min_size=1, max_size=30))
+    chunks += draw(st.lists(st.one_of(honest_record, record, ledgers_map_batch, filler), max_size=6))
+    data = head + b"".join(chunks)
+    return data[:len(data) - draw(st.integers(0, min(300, len(data) - len(head))))] if draw(st.booleans()) else data
+
+
+@fuzz_settings(share=2)
+@given(data=st.one_of(walkable_entry_logs(), entry_log_files()), choices=st.data())
+def test_the_native_walker_finds_what_the_python_walker_finds(data, choices):
+    with file_holding(data, "1.log") as path:
+        with EntryLog(path, 1) as entry_log:
+            records = [(r.pos, r.ledger_id, r.entry_id) for r in entry_log.records()]
+        start = choices.draw(st.one_of(st.none(), st.sampled_from([p - 4 for p, _, _ in records] or [1024])))
+        expected = choices.draw(expected_locations(records, start or 0))
+        pace_interval = choices.draw(st.sampled_from([1, 50, 4096, 1 << 20]))
+        stop_at_pace = choices.draw(st.one_of(st.none(), st.integers(1, 4)))
+        failures_taken = choices.draw(st.one_of(st.none(), st.integers(1, 2)))
+        reference = _walked(path, PythonWalk, expected, start, pace_interval, stop_at_pace, failures_taken)
+        native = _walked(path, NativeWalk, expected, start, pace_interval, stop_at_pace, failures_taken)
+    assert native == reference
 
 
 # --- .idx files ------------------------------------------------------------------------------

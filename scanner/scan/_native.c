@@ -1,0 +1,613 @@
+/*
+ * The record walker's per-record work in C: framing, header parse, CRC32C and CRC32 digests, the comparison
+ * with the stored digest, and the match with the index's locations. scanner/scan/native_walker.py drives it
+ * chunk by chunk; scanner/scan/python_walker.py is the reference it must agree with.
+ *
+ * A call walks the records of one chunk (a buffer holding bytes [base, base + len) of the file) from a record
+ * boundary, with the GIL released, and returns at the first thing it cannot decide alone: a pace stop, a record
+ * that does not lie whole in the chunk, an irregular record, a ledger it has not been told about, the end of a
+ * window of locations, a digest failure, a record Python verifies (MAC), or a full list of index faults. Every
+ * length and offset read from the chunk is checked against the chunk before it is used.
+ *
+ * CRC32C uses SSE4.2 (three interleaved lanes over long stretches) when the CPU has it, checked at import;
+ * otherwise, and for CRC32, tables eight bytes at a time.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <nmmintrin.h>
+#define HAVE_X86_CRC32C 1
+#endif
+
+/* ---- CRCs on the raw register (callers invert before and after, as zlib and crc32c do) ---------------- */
+
+#define CRC32C_POLY 0x82F63B78u /* Castagnoli, reflected */
+#define CRC32_POLY 0xEDB88320u  /* IEEE 802.3 (zlib), reflected */
+
+static uint32_t crc32c_table[8][256];
+static uint32_t crc32_table[8][256];
+
+static void fill_table(uint32_t table[8][256], uint32_t poly) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ poly : c >> 1;
+        table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int k = 1; k < 8; k++)
+            table[k][n] = (table[k - 1][n] >> 8) ^ table[0][table[k - 1][n] & 0xff];
+}
+
+static inline uint64_t load_le64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+/* Eight bytes a step through eight tables (the portable path). */
+static uint32_t crc_tables(uint32_t table[8][256], uint32_t reg, const uint8_t *p, size_t n) {
+    while (n >= 8) {
+        uint64_t v = load_le64(p) ^ reg;
+        reg = table[7][v & 0xff] ^ table[6][(v >> 8) & 0xff] ^ table[5][(v >> 16) & 0xff] ^
+              table[4][(v >> 24) & 0xff] ^ table[3][(v >> 32) & 0xff] ^ table[2][(v >> 40) & 0xff] ^
+              table[1][(v >> 48) & 0xff] ^ table[0][v >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        reg = (reg >> 8) ^ table[0][(reg ^ *p++) & 0xff];
+    return reg;
+}
+
+static uint32_t crc32c_portable(uint32_t reg, const uint8_t *p, size_t n) { return crc_tables(crc32c_table, reg, p, n); }
+static uint32_t crc32_raw(uint32_t reg, const uint8_t *p, size_t n) { return crc_tables(crc32_table, reg, p, n); }
+
+#ifdef HAVE_X86_CRC32C
+/* Three lanes of LANE bytes are CRCed side by side (the instruction's latency is three times its throughput),
+ * then joined: the register after A then B is shift_B(register after A) ^ (register of B from zero), where
+ * shift_B is what LANE zero bytes do to a register: a linear map, kept as four byte tables. */
+#define LONG_LANE 4096
+#define SHORT_LANE 256
+static uint32_t long_shift[4][256];
+static uint32_t short_shift[4][256];
+
+static void fill_shift(uint32_t shift[4][256], size_t lane) {
+    static const uint8_t zeros[LONG_LANE];
+    uint32_t bit[32];
+    for (int b = 0; b < 32; b++)
+        bit[b] = crc32c_portable(1u << b, zeros, lane);
+    for (int k = 0; k < 4; k++)
+        for (uint32_t v = 0; v < 256; v++) {
+            uint32_t r = 0;
+            for (int b = 0; b < 8; b++)
+                if (v & (1u << b))
+                    r ^= bit[8 * k + b];
+            shift[k][v] = r;
+        }
+}
+
+static inline uint32_t shifted(uint32_t shift[4][256], uint32_t reg) {
+    return shift[0][reg & 0xff] ^ shift[1][(reg >> 8) & 0xff] ^ shift[2][(reg >> 16) & 0xff] ^ shift[3][reg >> 24];
+}
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_lanes(uint32_t reg, const uint8_t *p, size_t lane,
+                                                               uint32_t shift[4][256]) {
+    uint64_t a = reg, b = 0, c = 0;
+    for (size_t i = 0; i < lane; i += 8) {
+        uint64_t x, y, z;
+        memcpy(&x, p + i, 8);
+        memcpy(&y, p + lane + i, 8);
+        memcpy(&z, p + 2 * lane + i, 8);
+        a = _mm_crc32_u64(a, x);
+        b = _mm_crc32_u64(b, y);
+        c = _mm_crc32_u64(c, z);
+    }
+    return shifted(shift, shifted(shift, (uint32_t)a) ^ (uint32_t)b) ^ (uint32_t)c;
+}
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t reg, const uint8_t *p, size_t n) {
+    while (n >= 3 * LONG_LANE) {
+        reg = crc32c_lanes(reg, p, LONG_LANE, long_shift);
+        p += 3 * LONG_LANE;
+        n -= 3 * LONG_LANE;
+    }
+    while (n >= 3 * SHORT_LANE) {
+        reg = crc32c_lanes(reg, p, SHORT_LANE, short_shift);
+        p += 3 * SHORT_LANE;
+        n -= 3 * SHORT_LANE;
+    }
+    uint64_t r = reg;
+    while (n >= 8) {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        r = _mm_crc32_u64(r, x);
+        p += 8;
+        n -= 8;
+    }
+    reg = (uint32_t)r;
+    while (n--)
+        reg = _mm_crc32_u8(reg, *p++);
+    return reg;
+}
+#endif
+
+static uint32_t (*crc32c_raw)(uint32_t, const uint8_t *, size_t) = crc32c_portable;
+static const char *crc32c_kind = "portable";
+
+/* ---- big-endian fields of a record ------------------------------------------------------------------- */
+
+static inline uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static inline uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+
+/* A record: its length (4 bytes), then the stored entry: ledgerId, entryId, lastAddConfirmed, length (8 bytes
+ * each: the 32-byte entry header), the digest, the payload. The digest covers the header and the payload. */
+#define LENGTH_PREFIX 4
+#define RECORD_START (LENGTH_PREFIX + 16)
+#define ENTRY_HEADER 32
+#define CRC32C_DIGEST 4
+#define CRC32_DIGEST 8
+
+enum method { SKIP = 0, CRC32C = 1, CRC32 = 2, DUMMY = 3, PYTHON = 4 };
+
+static int digest_holds(int method, const uint8_t *entry, int64_t length) {
+    if (method == CRC32C) {
+        if (length < ENTRY_HEADER + CRC32C_DIGEST)
+            return 0;
+        uint32_t reg = crc32c_raw(0xFFFFFFFFu, entry, ENTRY_HEADER);
+        reg = crc32c_raw(reg, entry + ENTRY_HEADER + CRC32C_DIGEST, (size_t)(length - ENTRY_HEADER - CRC32C_DIGEST));
+        return ~reg == be32(entry + ENTRY_HEADER);
+    }
+    if (method == CRC32) {
+        if (length < ENTRY_HEADER + CRC32_DIGEST)
+            return 0;
+        uint32_t reg = crc32_raw(0xFFFFFFFFu, entry, ENTRY_HEADER);
+        reg = crc32_raw(reg, entry + ENTRY_HEADER + CRC32_DIGEST, (size_t)(length - ENTRY_HEADER - CRC32_DIGEST));
+        return (uint64_t)(uint32_t)~reg == be64(entry + ENTRY_HEADER);
+    }
+    return length >= ENTRY_HEADER; /* DUMMY: only the header must be there */
+}
+
+/* ---- the ledgers of one walk: how each is verified, and the bytes of its records ---------------------- */
+
+typedef struct {
+    uint64_t ledger;
+    uint64_t bytes;
+    uint8_t method;
+    uint8_t used;
+} Ledger;
+
+typedef struct {
+    Ledger *slots;
+    size_t capacity; /* a power of two */
+    size_t count;
+} Ledgers;
+
+static inline size_t slot_of(const Ledgers *l, uint64_t ledger) {
+    return (size_t)((ledger * 0x9E3779B97F4A7C15ull) >> 16) & (l->capacity - 1);
+}
+
+static Ledger *find_ledger(const Ledgers *l, uint64_t ledger) {
+    if (l->capacity == 0)
+        return NULL;
+    for (size_t i = slot_of(l, ledger);; i = (i + 1) & (l->capacity - 1)) {
+        Ledger *s = &l->slots[i];
+        if (!s->used)
+            return NULL;
+        if (s->ledger == ledger)
+            return s;
+    }
+}
+
+static int grow_ledgers(Ledgers *l) {
+    size_t capacity = l->capacity ? l->capacity * 2 : 64;
+    Ledger *slots = PyMem_Calloc(capacity, sizeof(Ledger));
+    if (slots == NULL)
+        return -1;
+    Ledgers bigger = {slots, capacity, 0};
+    for (size_t i = 0; i < l->capacity; i++)
+        if (l->slots[i].used) {
+            size_t j = slot_of(&bigger, l->slots[i].ledger);
+            while (slots[j].used)
+                j = (j + 1) & (capacity - 1);
+            slots[j] = l->slots[i];
+        }
+    PyMem_Free(l->slots);
+    bigger.count = l->count;
+    *l = bigger;
+    return 0;
+}
+
+static int add_ledger(Ledgers *l, uint64_t ledger, int method) {
+    Ledger *s = find_ledger(l, ledger);
+    if (s != NULL) {
+        s->method = (uint8_t)method;
+        return 0;
+    }
+    if (2 * (l->count + 1) > l->capacity && grow_ledgers(l) < 0)
+        return -1;
+    size_t i = slot_of(l, ledger);
+    while (l->slots[i].used)
+        i = (i + 1) & (l->capacity - 1);
+    l->slots[i] = (Ledger){ledger, 0, (uint8_t)method, 1};
+    l->count++;
+    return 0;
+}
+
+/* ---- the walker ------------------------------------------------------------------------------------- */
+
+enum status {
+    PACE = 0,        /* the walk reached the pace stop */
+    NEED_BYTES = 1,  /* the record at pos needs `a` bytes from pos that the chunk does not hold */
+    IRREGULAR = 2,   /* the record at pos is not a plausible entry record: the entry log judges it */
+    NEED_LEDGER = 3, /* ledger `a` (of the record at pos) is not known: learn() it */
+    NEED_WINDOW = 4, /* the window of locations is used up: set_window() the next */
+    FAILED = 5,      /* the record before pos failed its digest: (ledger a, entry b, at pos c, length d, indexed e) */
+    PY_RECORD = 6,   /* the record before pos is Python's to verify: as FAILED, and f its entry's offset in the chunk */
+    FAULTS_FULL = 7, /* take_index_faults() before going on */
+};
+
+enum fault { NOT_A_RECORD_START = 0, ANOTHER_ENTRY = 1 };
+
+typedef struct {
+    uint64_t pos, ledger, entry, found_ledger, found_entry;
+    int kind;
+} Fault;
+
+#define MAX_FAULTS 256
+
+typedef struct {
+    PyObject_HEAD
+    int64_t end;        /* where the record region ends */
+    int64_t max_length; /* the largest record length a bookie writes */
+    Ledgers ledgers;
+    Ledger *last; /* the ledger of the previous record: records of one ledger mostly come in runs */
+    Py_buffer window[3]; /* positions, ledger ids, entry ids (uint64) */
+    int have_window;
+    size_t window_count, j;
+    uint64_t window_end, next; /* the next location's pos, or the window's end once it is used up */
+    uint64_t matched;          /* body pos of the record the join last found indexed */
+    uint64_t verified, skipped, failed;
+    Fault faults[MAX_FAULTS];
+    size_t fault_count;
+    int busy;
+} Walker;
+
+static void release_window(Walker *w) {
+    if (w->have_window)
+        for (int i = 0; i < 3; i++)
+            PyBuffer_Release(&w->window[i]);
+    w->have_window = 0;
+    w->window_count = w->j = 0;
+}
+
+static void Walker_dealloc(Walker *w) {
+    release_window(w);
+    PyMem_Free(w->ledgers.slots);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static int Walker_init(Walker *w, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"end", "max_length", NULL};
+    long long end, max_length;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "LL", names, &end, &max_length))
+        return -1;
+    if (end < 0 || max_length < ENTRY_HEADER || max_length > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "end must be >= 0 and max_length within [32, 2^31)");
+        return -1;
+    }
+    w->end = end;
+    w->max_length = max_length;
+    w->window_end = w->next = 0; /* the first record asks for a window */
+    w->matched = UINT64_MAX;
+    return 0;
+}
+
+static inline const uint64_t *column(Walker *w, int i) { return (const uint64_t *)w->window[i].buf; }
+
+/* The index's locations up to the record at `body`: those passed are faults, the one at `body` (if it names
+ * this entry) marks it indexed. Returns a status when it must stop first, else -1. */
+static int join(Walker *w, uint64_t body, uint64_t ledger, uint64_t entry, int *indexed) {
+    *indexed = w->matched == body;
+    while (body >= w->next) {
+        if (w->j >= w->window_count)
+            return NEED_WINDOW;
+        uint64_t expected = column(w, 0)[w->j], el = column(w, 1)[w->j], ee = column(w, 2)[w->j];
+        if (expected < body || el != ledger || ee != entry) {
+            if (w->fault_count == MAX_FAULTS)
+                return FAULTS_FULL;
+            Fault *f = &w->faults[w->fault_count++];
+            if (expected < body)
+                *f = (Fault){expected, el, ee, 0, 0, NOT_A_RECORD_START};
+            else
+                *f = (Fault){body, el, ee, ledger, entry, ANOTHER_ENTRY};
+        } else {
+            *indexed = 1;
+            w->matched = body;
+        }
+        w->j++;
+        w->next = w->j < w->window_count ? column(w, 0)[w->j] : w->window_end;
+    }
+    return -1;
+}
+
+typedef struct {
+    int status;
+    int64_t pos;
+    uint64_t a, b;
+    int64_t c, d, e, f;
+} Stop;
+
+/* Walks records of `chunk` (file bytes [base, base + len)) from `pos` until something stops it. */
+static Stop walk_chunk(Walker *w, const uint8_t *chunk, int64_t base, int64_t len, int64_t pos, int64_t stop) {
+    for (;;) {
+        if (pos >= stop)
+            return (Stop){PACE, pos};
+        int64_t at = pos - base;
+        if (len - at < RECORD_START)
+            return (Stop){NEED_BYTES, pos, RECORD_START};
+        const uint8_t *record = chunk + at;
+        int64_t length = (int32_t)be32(record);
+        int64_t ledger = (int64_t)be64(record + LENGTH_PREFIX), entry = (int64_t)be64(record + LENGTH_PREFIX + 8);
+        int64_t following = pos + LENGTH_PREFIX + length;
+        if (length < ENTRY_HEADER || length > w->max_length || ledger < 0 || entry < 0 || following > w->end)
+            return (Stop){IRREGULAR, pos};
+        if (following - base > len)
+            return (Stop){NEED_BYTES, pos, (uint64_t)(LENGTH_PREFIX + length)};
+        Ledger *l = w->last;
+        if (l == NULL || l->ledger != (uint64_t)ledger) {
+            l = find_ledger(&w->ledgers, (uint64_t)ledger);
+            if (l == NULL)
+                return (Stop){NEED_LEDGER, pos, (uint64_t)ledger};
+            w->last = l;
+        }
+        int indexed, joined = join(w, (uint64_t)(pos + LENGTH_PREFIX), (uint64_t)ledger, (uint64_t)entry, &indexed);
+        if (joined >= 0)
+            return (Stop){joined, pos};
+        w->matched = UINT64_MAX;
+        l->bytes += (uint64_t)(LENGTH_PREFIX + length);
+        const uint8_t *stored = record + LENGTH_PREFIX;
+        int64_t body = pos + LENGTH_PREFIX;
+        pos = following;
+        switch (l->method) {
+        case SKIP:
+            w->skipped++;
+            break;
+        case PYTHON:
+            return (Stop){PY_RECORD, pos, (uint64_t)ledger, (uint64_t)entry, body, length, indexed, at + LENGTH_PREFIX};
+        default:
+            if (digest_holds(l->method, stored, length)) {
+                w->verified++;
+            } else {
+                w->failed++;
+                return (Stop){FAILED, pos, (uint64_t)ledger, (uint64_t)entry, body, length, indexed};
+            }
+        }
+    }
+}
+
+static PyObject *Walker_walk(Walker *w, PyObject *args) {
+    Py_buffer chunk;
+    long long base, pos, stop;
+    if (!PyArg_ParseTuple(args, "y*LLL", &chunk, &base, &pos, &stop))
+        return NULL;
+    if (w->busy || pos < base || pos > base + chunk.len || base < 0) {
+        PyBuffer_Release(&chunk);
+        PyErr_SetString(PyExc_ValueError, w->busy ? "the walker is in use" : "pos lies outside the chunk");
+        return NULL;
+    }
+    w->busy = 1;
+    Stop s;
+    Py_BEGIN_ALLOW_THREADS
+    s = walk_chunk(w, (const uint8_t *)chunk.buf, base, chunk.len, pos, stop);
+    Py_END_ALLOW_THREADS
+    w->busy = 0;
+    PyBuffer_Release(&chunk);
+    return Py_BuildValue("(iLKKLLLL)", s.status, (long long)s.pos, (unsigned long long)s.a, (unsigned long long)s.b,
+                         (long long)s.c, (long long)s.d, (long long)s.e, (long long)s.f);
+}
+
+static PyObject *Walker_learn(Walker *w, PyObject *args) {
+    unsigned long long ledger;
+    int method;
+    if (!PyArg_ParseTuple(args, "Ki", &ledger, &method))
+        return NULL;
+    if (method < SKIP || method > PYTHON) {
+        PyErr_SetString(PyExc_ValueError, "unknown verification method");
+        return NULL;
+    }
+    if (w->busy) {
+        PyErr_SetString(PyExc_ValueError, "the walker is in use");
+        return NULL;
+    }
+    w->last = NULL; /* slots move when the table grows */
+    if (add_ledger(&w->ledgers, ledger, method) < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static int uint64_column(PyObject *object, Py_buffer *view) {
+    if (PyObject_GetBuffer(object, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    if (view->itemsize != 8 || view->ndim != 1 || view->format == NULL || strchr("QLK", view->format[0]) == NULL ||
+        view->format[1] != '\0') {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "a window column must be a contiguous buffer of uint64");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Walker_set_window(Walker *w, PyObject *args) {
+    PyObject *columns[3];
+    PyObject *end;
+    if (!PyArg_ParseTuple(args, "OOOO", &columns[0], &columns[1], &columns[2], &end))
+        return NULL;
+    if (w->busy) {
+        PyErr_SetString(PyExc_ValueError, "the walker is in use");
+        return NULL;
+    }
+    uint64_t window_end = PyLong_AsUnsignedLongLong(end);
+    if (window_end == (uint64_t)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return NULL;
+        PyErr_Clear(); /* 2**64: past every location */
+    }
+    Py_buffer views[3];
+    for (int i = 0; i < 3; i++)
+        if (uint64_column(columns[i], &views[i]) < 0) {
+            while (i--)
+                PyBuffer_Release(&views[i]);
+            return NULL;
+        }
+    if (views[0].len != views[1].len || views[0].len != views[2].len) {
+        for (int i = 0; i < 3; i++)
+            PyBuffer_Release(&views[i]);
+        PyErr_SetString(PyExc_ValueError, "the window's columns differ in length");
+        return NULL;
+    }
+    release_window(w);
+    memcpy(w->window, views, sizeof(views));
+    w->have_window = 1;
+    w->window_count = (size_t)(views[0].len / 8);
+    w->j = 0;
+    w->window_end = window_end;
+    w->next = w->window_count ? column(w, 0)[0] : window_end;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Walker_take_index_faults(Walker *w, PyObject *unused) {
+    PyObject *list = PyList_New((Py_ssize_t)w->fault_count);
+    if (list == NULL)
+        return NULL;
+    for (size_t i = 0; i < w->fault_count; i++) {
+        Fault *f = &w->faults[i];
+        PyObject *item = Py_BuildValue("(iKKKKK)", f->kind, (unsigned long long)f->pos, (unsigned long long)f->ledger,
+                                       (unsigned long long)f->entry, (unsigned long long)f->found_ledger,
+                                       (unsigned long long)f->found_entry);
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    w->fault_count = 0;
+    return list;
+}
+
+static PyObject *Walker_ledger_bytes(Walker *w, PyObject *unused) {
+    PyObject *bytes = PyDict_New();
+    if (bytes == NULL)
+        return NULL;
+    for (size_t i = 0; i < w->ledgers.capacity; i++) {
+        Ledger *s = &w->ledgers.slots[i];
+        if (!s->used || s->bytes == 0)
+            continue;
+        PyObject *key = PyLong_FromUnsignedLongLong(s->ledger), *value = PyLong_FromUnsignedLongLong(s->bytes);
+        if (key == NULL || value == NULL || PyDict_SetItem(bytes, key, value) < 0) {
+            Py_XDECREF(key);
+            Py_XDECREF(value);
+            Py_DECREF(bytes);
+            return NULL;
+        }
+        Py_DECREF(key);
+        Py_DECREF(value);
+    }
+    return bytes;
+}
+
+static PyObject *Walker_counts(Walker *w, PyObject *unused) {
+    return Py_BuildValue("(KKKn)", (unsigned long long)w->verified, (unsigned long long)w->skipped,
+                         (unsigned long long)w->failed, (Py_ssize_t)w->j);
+}
+
+static PyMethodDef Walker_methods[] = {
+    {"walk", (PyCFunction)Walker_walk, METH_VARARGS,
+     "walk(chunk, base, pos, stop) -> (status, pos, a, b, c, d, e, f): walk the chunk's records from pos"},
+    {"learn", (PyCFunction)Walker_learn, METH_VARARGS, "learn(ledger, method): how the ledger's records are verified"},
+    {"set_window", (PyCFunction)Walker_set_window, METH_VARARGS,
+     "set_window(positions, ledger_ids, entry_ids, end): the next window of the index's locations"},
+    {"take_index_faults", (PyCFunction)Walker_take_index_faults, METH_NOARGS,
+     "take_index_faults() -> [(kind, pos, ledger, entry, found_ledger, found_entry)], emptied"},
+    {"ledger_bytes", (PyCFunction)Walker_ledger_bytes, METH_NOARGS, "ledger_bytes() -> {ledger: bytes of its records}"},
+    {"counts", (PyCFunction)Walker_counts, METH_NOARGS,
+     "counts() -> (verified, skipped, failed, index of the next location in the window)"},
+    {NULL},
+};
+
+static PyTypeObject WalkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "scanner.scan._native.Walker",
+    .tp_basicsize = sizeof(Walker),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Walker(end, max_length): the per-record work of one walk of one entry log",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Walker_init,
+    .tp_dealloc = (destructor)Walker_dealloc,
+    .tp_methods = Walker_methods,
+};
+
+/* ---- module ----------------------------------------------------------------------------------------- */
+
+static PyObject *crc_call(PyObject *args, uint32_t (*raw)(uint32_t, const uint8_t *, size_t)) {
+    Py_buffer data;
+    unsigned long value = 0;
+    if (!PyArg_ParseTuple(args, "y*|k", &data, &value))
+        return NULL;
+    uint32_t reg = raw(~(uint32_t)value, (const uint8_t *)data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(~reg);
+}
+
+static PyObject *native_crc32c(PyObject *m, PyObject *args) { return crc_call(args, crc32c_raw); }
+static PyObject *native_crc32c_portable(PyObject *m, PyObject *args) { return crc_call(args, crc32c_portable); }
+static PyObject *native_crc32(PyObject *m, PyObject *args) { return crc_call(args, crc32_raw); }
+
+static PyMethodDef module_methods[] = {
+    {"crc32c", native_crc32c, METH_VARARGS, "crc32c(data, value=0): CRC32C as the crc32c package computes it"},
+    {"crc32c_portable", native_crc32c_portable, METH_VARARGS, "crc32c(data, value=0) without CPU instructions"},
+    {"crc32", native_crc32, METH_VARARGS, "crc32(data, value=0): CRC32 as zlib computes it"},
+    {NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native", "The record walker's per-record work in C.", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    fill_table(crc32c_table, CRC32C_POLY);
+    fill_table(crc32_table, CRC32_POLY);
+#ifdef HAVE_X86_CRC32C
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2")) {
+        fill_shift(long_shift, LONG_LANE);
+        fill_shift(short_shift, SHORT_LANE);
+        crc32c_raw = crc32c_sse42;
+        crc32c_kind = "SSE4.2";
+    }
+#endif
+    if (PyType_Ready(&WalkerType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&WalkerType);
+    if (PyModule_AddObject(m, "Walker", (PyObject *)&WalkerType) < 0 ||
+        PyModule_AddStringConstant(m, "CRC32C_INSTRUCTIONS", crc32c_kind) < 0 ||
+        PyModule_AddIntConstant(m, "SKIP", SKIP) < 0 || PyModule_AddIntConstant(m, "CRC32C", CRC32C) < 0 ||
+        PyModule_AddIntConstant(m, "CRC32", CRC32) < 0 || PyModule_AddIntConstant(m, "DUMMY", DUMMY) < 0 ||
+        PyModule_AddIntConstant(m, "PYTHON", PYTHON) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

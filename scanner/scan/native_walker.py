@@ -1,0 +1,141 @@
+"""The record walker with its per-record work in C (``scanner.scan._native``): it finds what the Python walker
+(:mod:`scanner.scan.python_walker`, the reference) finds, many times faster.
+
+The C walker walks the records of one chunk at a time with the GIL released and hands back what it cannot
+decide alone: pace stops, records that need more of the file, irregular records (the entry log judges them,
+as for the reference), ledgers it has not met (``verifier_for`` is asked here, once per ledger), windows of
+the index's locations, digest failures, and records of MAC ledgers (verified here, in Python).
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Callable, Iterable, Iterator
+
+from scanner.scan import _native
+from scanner.scan.walk_data import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, VerifierFor,
+                                    WalkStats, another_entry, failure_reason, not_a_record_start, unreached,
+                                    why_unreached)
+from scanner.storage.entry import DigestType, DigestVerifier
+from scanner.storage.entrylog import PACE_INTERVAL, RECORD_START_SIZE, EntryLog
+
+# The C walker's answers (scanner/scan/_native.c, enum status).
+PACE, NEED_BYTES, IRREGULAR, NEED_LEDGER, NEED_WINDOW, FAILED, PY_RECORD, FAULTS_FULL = range(8)
+_IN_C = {DigestType.CRC32C: _native.CRC32C, DigestType.CRC32: _native.CRC32, DigestType.DUMMY: _native.DUMMY}
+_EMPTY = array("Q")
+
+
+class NativeWalk:
+    """One walk of one entry log with the C walker; the same interface and results as ``PythonWalk``."""
+
+    def __init__(self, entry_log: EntryLog, verifier_for: VerifierFor, expected: Iterable[ExpectedRecords] = (),
+                 start: int | None = None):
+        self.entry_log = entry_log
+        self.stats = WalkStats()
+        self.index_faults: list[IndexedRecordFault] = []
+        self._verifier_for = verifier_for
+        self._verifiers: dict[int, DigestVerifier | None] = {}
+        self._windows = iter(expected)
+        self._window = NO_WINDOW  # the window the C walker matches against
+        self._start = start
+        self._in_python = [0, 0]  # records verified here (MAC ledgers): (verified, failed)
+        self._core: _native.Walker | None = None
+
+    def failures(self, pace: Callable[[int], object] | None = None,
+                 pace_interval: int = PACE_INTERVAL) -> Iterator[DigestFailure]:
+        """Walk, and yield the records whose digest fails. ``pace(nbytes)`` as :meth:`EntryLog.records` calls it."""
+        entry_log = self.entry_log
+        cursor = entry_log.cursor(self._start, self._counted(pace), pace_interval, reuse_buffer=True)
+        if cursor is None:
+            self.index_faults += unreached([*self._windows], 0, "the log has no readable header")
+            return
+        core = self._core = _native.Walker(entry_log.records_end, entry_log.max_entry_size)
+        first = pos = cursor.pos
+        need = RECORD_START_SIZE
+        try:
+            while True:
+                if pos >= cursor.next_stop:
+                    self._take_faults()
+                    self._sync_counts()
+                    cursor.pace_to(pos)
+                span = cursor.span(pos, need)
+                need = RECORD_START_SIZE
+                if span is None:
+                    status = IRREGULAR
+                else:
+                    chunk, at = span
+                    status, pos, a, b, c, d, e, f = core.walk(chunk, pos - at, pos, cursor.next_stop)
+                if status == IRREGULAR:
+                    following = entry_log.judge_irregular(pos)
+                    if following is None:
+                        break
+                    pos = following
+                elif status == NEED_BYTES:
+                    need = a
+                elif status == NEED_LEDGER:
+                    core.learn(a, self._method_of(a))
+                elif status == NEED_WINDOW:
+                    self._next_window()
+                elif status == FAULTS_FULL:
+                    self._take_faults()
+                elif status == FAILED:
+                    yield DigestFailure(a, b, c, failure_reason(self._verifiers[a], d), bool(e))
+                elif status == PY_RECORD:
+                    verifier = self._verifiers[a]
+                    if verifier.verify(chunk[f:f + d]):
+                        self._in_python[0] += 1
+                    else:
+                        self._in_python[1] += 1
+                        yield DigestFailure(a, b, c, failure_reason(verifier, d), bool(e))
+            self._take_faults()
+            cursor.finish(pos)
+            self.index_faults += unreached([self._window, *self._windows], core.counts()[3], why_unreached(entry_log))
+        finally:  # also when the consumer stops early: the counters and faults stay true
+            self._take_faults()
+            self._sync_counts()
+            self.stats.ledger_bytes = core.ledger_bytes()
+            self.stats.bytes_scanned = max(self.stats.bytes_scanned, pos - first)
+            cursor.release_all()
+
+    def _method_of(self, ledger_id: int) -> int:
+        """How the C walker verifies the ledger's records (asking ``verifier_for`` once)."""
+        verifier = self._verifiers[ledger_id] = self._verifier_for(ledger_id)
+        if verifier is None:
+            return _native.SKIP
+        if type(verifier) is DigestVerifier:  # not a wrapper that must see every entry itself
+            return _IN_C.get(verifier.digest_type, _native.PYTHON)
+        return _native.PYTHON
+
+    def _next_window(self) -> None:
+        window = self._window = next(self._windows, None) or NO_WINDOW
+        self._core.set_window(_column(window.pos), _column(window.ledger_ids), _column(window.entry_ids), window.end)
+
+    def _take_faults(self) -> None:
+        for kind, pos, ledger_id, entry_id, found_ledger, found_entry in self._core.take_index_faults():
+            if kind == 0:
+                self.index_faults.append(not_a_record_start(pos, ledger_id, entry_id))
+            else:
+                self.index_faults.append(another_entry(pos, ledger_id, entry_id, found_ledger, found_entry))
+
+    def _sync_counts(self) -> None:
+        verified, skipped, failed, _ = self._core.counts()
+        stats = self.stats
+        stats.entries_verified = verified + self._in_python[0]
+        stats.entries_skipped = skipped
+        stats.entries_failed = failed + self._in_python[1]
+
+    def _counted(self, pace: Callable[[int], object] | None) -> Callable[[int], object]:
+        def counted(n: int) -> None:
+            self.stats.bytes_scanned += n
+            if pace is not None:
+                pace(n)
+
+        return counted
+
+
+def _column(values) -> array | memoryview:
+    """A column of the window as the C walker takes it: a buffer of uint64."""
+    if isinstance(values, (array, memoryview)) and memoryview(values).format in ("Q", "L", "K") \
+            and memoryview(values).itemsize == 8:
+        return values
+    return array("Q", values) if len(values) else _EMPTY
