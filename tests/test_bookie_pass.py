@@ -199,3 +199,57 @@ def test_a_ledger_whose_index_appears_during_the_pass_pointing_into_the_buffer_i
         assert _lost(full.run()) == set()
         assert not hidden.exists()
         full.storage.close()
+
+
+def _torn_newest_log(tmp_path: Path):
+    """A bookie1 copy whose newest log (4.log, no ledgers map: the one being written) ends in 560 of the 1060 bytes of
+    a record, as the bookie's buffered writer leaves it; (layout, that log's path, the missing bytes)."""
+    from scanner.storage.entry import DigestType, build_entry
+
+    layout = _copy(tmp_path, "bookie1")
+    newest = layout.ledger_current_dirs[0] / "4.log"
+    entry = build_entry(5, 10**6, 10**6 - 1, 1024, bytes(1024), DigestType.CRC32C)
+    record = struct.pack(">i", len(entry)) + entry
+    assert len(record) == 1064
+    with open(newest, "ab") as log:
+        log.write(record[:564])
+    return layout, newest, record[564:]
+
+
+def _rotated(log_path: Path, rest: bytes | None):
+    """A checkpoint that, the first time, has the writer flush ``rest`` (None: nothing) and start the next log."""
+    done = []
+
+    def checkpoint(offset, findings):
+        if not done:
+            if rest is not None:
+                with open(log_path, "ab") as log:
+                    log.write(rest)
+            (log_path.parent / "6.log").write_bytes(b"BKLO" + struct.pack(">iqi", 1, 0, 0) + bytes(1004))
+            done.append(offset)
+        return False
+
+    return checkpoint
+
+
+def test_a_torn_tail_completed_as_the_log_rotates_during_the_walk_is_no_damage(tmp_path):
+    layout, newest, rest = _torn_newest_log(tmp_path)
+    with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
+        full.read_index()
+        full.read_cluster()
+        [log_file] = [f for f in full.log_files if f.path == newest]
+        assert full.walk(log_file, checkpoint=_rotated(newest, rest), pace_interval=4096) == []
+        full.storage.close()
+
+
+def test_a_torn_tail_of_a_log_that_is_no_longer_the_newest_is_damage(tmp_path):
+    # The control: the next log appeared, and the cut record was not completed. A log the bookie no longer writes
+    # ends in half a record.
+    layout, newest, _ = _torn_newest_log(tmp_path)
+    with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
+        full.read_index()
+        full.read_cluster()
+        [log_file] = [f for f in full.log_files if f.path == newest]
+        [damage] = full.walk(log_file, checkpoint=_rotated(newest, None), pace_interval=4096)
+        assert damage.category.value == "damaged_entry_log" and "560 of 1060 bytes present" in damage.detail
+        full.storage.close()

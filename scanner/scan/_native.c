@@ -277,6 +277,7 @@ typedef struct {
     size_t window_count, j;
     uint64_t window_end, next; /* the next location's pos, or the window's end once it is used up */
     uint64_t matched;          /* body pos of the record the join last found indexed */
+    int64_t walked[4];         /* the last record walked: body pos, ledger, entry, length (pos -1: none yet) */
     uint64_t verified, skipped, failed;
     Fault faults[MAX_FAULTS];
     size_t fault_count;
@@ -310,6 +311,7 @@ static int Walker_init(Walker *w, PyObject *args, PyObject *kwargs) {
     w->max_length = max_length;
     w->window_end = w->next = 0; /* the first record asks for a window */
     w->matched = UINT64_MAX;
+    w->walked[0] = -1;
     return 0;
 }
 
@@ -378,6 +380,10 @@ static Stop walk_chunk(Walker *w, const uint8_t *chunk, int64_t base, int64_t le
         l->bytes += (uint64_t)(LENGTH_PREFIX + length);
         const uint8_t *stored = record + LENGTH_PREFIX;
         int64_t body = pos + LENGTH_PREFIX;
+        w->walked[0] = body;
+        w->walked[1] = ledger;
+        w->walked[2] = entry;
+        w->walked[3] = length;
         pos = following;
         switch (l->method) {
         case SKIP:
@@ -531,6 +537,13 @@ static PyObject *Walker_counts(Walker *w, PyObject *unused) {
                          (unsigned long long)w->failed, (Py_ssize_t)w->j);
 }
 
+static PyObject *Walker_last_record(Walker *w, PyObject *unused) {
+    if (w->walked[0] < 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LLLL)", (long long)w->walked[0], (long long)w->walked[1], (long long)w->walked[2],
+                         (long long)w->walked[3]);
+}
+
 static PyMethodDef Walker_methods[] = {
     {"walk", (PyCFunction)Walker_walk, METH_VARARGS,
      "walk(chunk, base, pos, stop) -> (status, pos, a, b, c, d, e, f): walk the chunk's records from pos"},
@@ -540,6 +553,8 @@ static PyMethodDef Walker_methods[] = {
     {"take_index_faults", (PyCFunction)Walker_take_index_faults, METH_NOARGS,
      "take_index_faults() -> [(kind, pos, ledger, entry, found_ledger, found_entry)], emptied"},
     {"ledger_bytes", (PyCFunction)Walker_ledger_bytes, METH_NOARGS, "ledger_bytes() -> {ledger: bytes of its records}"},
+    {"last_record", (PyCFunction)Walker_last_record, METH_NOARGS,
+     "last_record() -> (pos, ledger, entry, length) of the last record walked, or None"},
     {"counts", (PyCFunction)Walker_counts, METH_NOARGS,
      "counts() -> (verified, skipped, failed, index of the next location in the window)"},
     {NULL},

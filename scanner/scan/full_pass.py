@@ -45,10 +45,11 @@ from scanner.scan.totals import ScanTotals
 from scanner.scan.walker import walk_records
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size
 from scanner.storage.dbstorage import DbIndexError
-from scanner.storage.entry import DigestVerifier
+from scanner.storage.entry import DIGEST_LENGTH, DigestVerifier
 from scanner.storage.entrylog import (LENGTH_PREFIX, PACE_INTERVAL, EntryLog, EntryLogError, MissingEntryLog,
                                      TruncatedRecord)
 from scanner.storage.journal import pending_entries
+from scanner.storage.location import EntryLocation
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ class BookiePass:
         self._unlisted: dict[int, DigestVerifier | None] = {}  # ledgers only the logs named, read once
         self._recheck: set[int] = set()  # ledgers with index findings, judged again on fresh reads
         self._reported: dict[int, set[int]] = defaultdict(set)  # entries already in a finding, per ledger
+        self._proven_lengths: dict[tuple[int, int], int] = {}  # (log, pos) of entries cut short -> their length
 
     def close(self) -> None:
         if self.runs is not None:
@@ -314,6 +316,8 @@ class BookiePass:
             state.faults[fault.ledger_id].append(RecordFault(fault.entry_id, entry_log_id, fault.pos, fault.lost,
                                                              fault.reason))
         state.drained = len(index_faults)
+        if final:
+            self._add_cut_short(state)
         # The index expects a record right where the log's data stops: the data was cut there.
         cut = entry_log.valid_end is not None and any(
             f.offset == entry_log.valid_end + LENGTH_PREFIX for faults in state.faults.values() for f in faults)
@@ -325,6 +329,46 @@ class BookiePass:
             active = not lost_here and self.storage.is_active_log(state.log_file, entry_log.header_has_map)
             found += judge_entry_log(entry_log_id, problems, active)
         return found
+
+    def _add_cut_short(self, state: _LogWalk) -> None:
+        """When the walk lost its framing right after a record, and the bookie's own files make that record longer
+        than its length prefix says (its header's ledger length less the previous entry's; else where the index's
+        next record in the log starts), the prefix was cut: the bookie serves the entry short, whatever its digest
+        type. That entry is a fault (confirmed as the others are)."""
+        entry_log, record = state.entry_log, state.walk.last_record
+        end = entry_log.valid_end
+        if (record is None or end is None or end >= entry_log.records_end or record.pos + record.length != end
+                or not any(p.offset == end for p in entry_log.problems)):
+            return
+        verifier = self._verifier_for(record.ledger_id)
+        if verifier is None or getattr(verifier, "digest_type", None) is None:
+            return
+        location = EntryLocation(state.log_file.entry_log_id, record.pos)
+        with self.reopen() as fresh, BookieScanner(fresh, self.store, self.bookie_id) as scanner:
+            length = scanner.length_from_headers(record.ledger_id, record.entry_id, location,
+                                                 DIGEST_LENGTH[verifier.digest_type])
+            if length is None:
+                length = self._length_to_next_record(scanner, location, end)
+        if length is None or length <= record.length:
+            return
+        self._proven_lengths[(location.entry_log_id, location.pos)] = length
+        state.faults[record.ledger_id].append(RecordFault(
+            record.entry_id, location.entry_log_id, location.pos, False,
+            f"its length prefix says {record.length} bytes; the bookie's own files make the entry {length} bytes "
+            "long: it is served cut short"))
+
+    def _length_to_next_record(self, scanner: BookieScanner, location: EntryLocation, end: int) -> int | None:
+        """The length of the entry at ``location`` if it runs up to the next record the index holds in the log,
+        which is there and is that entry; None when there is none (or no index was read)."""
+        if self.runs is None:
+            return None
+        window = next(iter(self.runs.windows(location.entry_log_id, end + 1)), None)
+        if window is None or not len(window.pos):
+            return None
+        following = EntryLocation(location.entry_log_id, window.pos[0])
+        if scanner.check_record(window.ledger_ids[0], window.entry_ids[0], following, None) is not None:
+            return None
+        return following.pos - LENGTH_PREFIX - location.pos
 
     def _file_problems(self, state: _LogWalk, final: bool, cut_where_index_expects_more: bool) -> list[EntryLogError]:
         """The log's file-level damage found since the last settling; a cut record only once the walk has ended
@@ -339,7 +383,8 @@ class BookiePass:
         problems = [p for p in problems if not isinstance(p, TruncatedRecord)]
         if not final:
             return problems
-        problems += state.held + map_problems
+        # A cut record is judged on a fresh look at the file: the writer may have completed it as the log rotated.
+        problems += [cut for cut in state.held if entry_log.still_cut(cut)] + map_problems
         if cut_where_index_expects_more and not problems:
             problems.append(EntryLogError(
                 entry_log.path, entry_log.entry_log_id, entry_log.valid_end,
@@ -493,7 +538,8 @@ class BookiePass:
             location = current.get(fault.entry_id)
             if location is None:
                 continue  # no longer indexed: the ledger check says whether it is missing
-            again = scanner.check_record(ledger_id, fault.entry_id, location, verifier)
+            again = scanner.check_record(ledger_id, fault.entry_id, location, verifier,
+                                         self._proven_lengths.get((location.entry_log_id, location.pos)))
             if again is None:
                 continue
             moved = (location.entry_log_id, location.pos) != (fault.entry_log, fault.offset)

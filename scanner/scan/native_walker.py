@@ -14,8 +14,8 @@ from typing import Callable, Iterable, Iterator
 
 from scanner.scan import _native
 from scanner.scan.walk_data import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, VerifierFor,
-                                    WalkStats, another_entry, failure_reason, not_a_record_start, unreached,
-                                    why_unreached)
+                                    WalkedRecord, WalkStats, another_entry, failure_reason, not_a_record_start,
+                                    unreached, why_unreached)
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.entrylog import PACE_INTERVAL, RECORD_START_SIZE, EntryLog
 
@@ -40,6 +40,7 @@ class NativeWalk:
         self._start = start
         self._in_python = [0, 0]  # records verified here (MAC ledgers): (verified, failed)
         self._core: _native.Walker | None = None
+        self.last_record: WalkedRecord | None = None  # the last record walked (where a broken framing began)
 
     def failures(self, pace: Callable[[int], object] | None = None,
                  pace_interval: int = PACE_INTERVAL) -> Iterator[DigestFailure]:
@@ -94,6 +95,8 @@ class NativeWalk:
             self._take_faults()
             self._sync_counts()
             self.stats.ledger_bytes = core.ledger_bytes()
+            last = core.last_record()
+            self.last_record = None if last is None else WalkedRecord(*last)
             self.stats.bytes_scanned = max(self.stats.bytes_scanned, pos - first)
             cursor.release_all()
 

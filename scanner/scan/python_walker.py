@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator
 
 from scanner.scan.walk_data import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, VerifierFor,
-                                    WalkStats, another_entry, failure_reason, not_a_record_start, unreached,
-                                    why_unreached)
+                                    WalkedRecord, WalkStats, another_entry, failure_reason, not_a_record_start,
+                                    unreached, why_unreached)
 from scanner.storage.entry import DigestVerifier
 from scanner.storage.entrylog import LENGTH_PREFIX, PACE_INTERVAL, EntryLog
 
@@ -67,6 +67,7 @@ class PythonWalk:
         self._verifier_for = verifier_for
         self._join = IndexJoin(expected)
         self._start = start
+        self.last_record: WalkedRecord | None = None  # the last record walked (where a broken framing began)
 
     @property
     def index_faults(self) -> list[IndexedRecordFault]:
@@ -87,6 +88,7 @@ class PythonWalk:
             for record in records:
                 ledger_id, entry, pos = record.ledger_id, record.entry, record.pos
                 walked_to = pos + len(entry)
+                self.last_record = WalkedRecord(pos, ledger_id, record.entry_id, len(entry))
                 indexed = self._join.match(pos, ledger_id, record.entry_id)
                 stats.ledger_bytes[ledger_id] = stats.ledger_bytes.get(ledger_id, 0) + LENGTH_PREFIX + len(entry)
                 if ledger_id not in verifiers:

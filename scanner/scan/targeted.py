@@ -20,7 +20,7 @@ from scanner.scan.pacing import Pacer, Unpaced
 from scanner.scan.totals import ScanTotals
 from scanner.storage.bookie import BookieStorage
 from scanner.storage.dbstorage import DbIndexError
-from scanner.storage.entry import DigestVerifier
+from scanner.storage.entry import METADATA_LENGTH, DigestVerifier, parse_header
 from scanner.storage.entrylog import EntryLog, EntryLogError, MissingEntryLog, WrongEntry
 from scanner.storage.indexfile import IndexFileError
 
@@ -108,16 +108,20 @@ class BookieScanner:
             return LedgerEvidence(ledger_id, None, tuple(faults), index_problem=str(exc))
         return LedgerEvidence(ledger_id, indexed, tuple(faults))
 
-    def check_record(self, ledger_id: int, entry_id: int, location,
-                      verifier: DigestVerifier | None) -> RecordFault | None:
+    def check_record(self, ledger_id: int, entry_id: int, location, verifier: DigestVerifier | None,
+                     proven_length: int | None = None) -> RecordFault | None:
+        """The record the location names, read now: a fault when it is not there, is another entry's, fails its
+        digest (with ``verifier``) or is not ``proven_length`` bytes long (what the bookie's files say it is)."""
         try:
-            entry_log = self._open_log(self.storage.entry_log_path(ledger_id, location.entry_log_id),
-                                       location.entry_log_id)
-            entry = entry_log.read_entry(location.pos, ledger_id, entry_id)
+            entry = self.read_record(ledger_id, entry_id, location)
         except WrongEntry as exc:
             return RecordFault(entry_id, location.entry_log_id, location.pos, False, str(exc))
         except EntryLogError as exc:
             return RecordFault(entry_id, location.entry_log_id, location.pos, True, str(exc))
+        if proven_length is not None and len(entry) != proven_length:
+            return RecordFault(entry_id, location.entry_log_id, location.pos, False,
+                               f"its length prefix says {len(entry)} bytes; the bookie's own files make the entry "
+                               f"{proven_length} bytes long: it is served cut short")
         if verifier is not None:
             self.pacer.take_bytes(len(entry))
             self.totals.entries_verified += 1
@@ -126,6 +130,30 @@ class BookieScanner:
                 return RecordFault(entry_id, location.entry_log_id, location.pos, False,
                                    f"{verifier.digest_type.name} digest mismatch ({len(entry)} bytes)")
         return None
+
+    def read_record(self, ledger_id: int, entry_id: int, location) -> memoryview:
+        """The stored entry at ``location``, checked to be (``ledger_id``, ``entry_id``); raises EntryLogError."""
+        entry_log = self._open_log(self.storage.entry_log_path(ledger_id, location.entry_log_id),
+                                   location.entry_log_id)
+        return entry_log.read_entry(location.pos, ledger_id, entry_id)
+
+    def length_from_headers(self, ledger_id: int, entry_id: int, location, digest_length: int) -> int | None:
+        """How long the entry at ``location`` is by its header's ledger length (the ledger's bytes up to and including
+        it) less the previous entry's (read through this bookie's index); None when this bookie cannot tell."""
+        try:
+            headers = [self.read_record(ledger_id, entry_id, location)]
+            if entry_id > 0:
+                located = next((loc for e, loc in self.storage.locations(ledger_id) if e == entry_id - 1), None)
+                if located is None:
+                    return None  # the previous entry is another bookie's
+                headers.append(self.read_record(ledger_id, entry_id - 1, located))
+        except (EntryLogError, DbIndexError, IndexFileError, OSError):
+            return None
+        if any(len(header) < METADATA_LENGTH for header in headers):
+            return None
+        own, *previous = (parse_header(header).length for header in headers)
+        payload = own - (previous[0] if previous else 0)
+        return METADATA_LENGTH + digest_length + payload if payload >= 0 else None
 
     def _with_logged_records(self, evidence: LedgerEvidence) -> LedgerEvidence:
         """For a ledger without index: which of its records still sit in the entry logs."""

@@ -45,6 +45,15 @@ class IndexedRecordFault(NamedTuple):
     found_ledger_id: int | None = None  # whose record the walk found there instead, when it found one
 
 
+class WalkedRecord(NamedTuple):
+    """A record a walk met: its location ``pos`` (the entry's first byte), ids and length as its prefix says."""
+
+    pos: int
+    ledger_id: int
+    entry_id: int
+    length: int
+
+
 class WalkStats:
     """Counters of one walk, true at every pace call and when the walk ends or is left."""
 

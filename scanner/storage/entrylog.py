@@ -228,6 +228,19 @@ class EntryLog:
             return False  # deleted: the open file is unchanged, garbage collection only unlinks
         return opened.st_size < self.size or (now.st_ino, now.st_dev) != (opened.st_ino, opened.st_dev)
 
+    def still_cut(self, cut: TruncatedRecord) -> bool:
+        """Whether the record ``cut`` found at the end of the file is cut still, read again as the file is now: the
+        bookie's buffered writer may have completed it since (it flushes the rest when the log rotates)."""
+        try:
+            size = os.fstat(self._fd).st_size
+            head = self._pread(cut.offset, RECORD_START_SIZE) if size > cut.end else b""
+        except (OSError, UnreadableEntryLog):
+            return True
+        if len(head) < LENGTH_PREFIX:
+            return True
+        (length,) = _LENGTH.unpack_from(head, 0)
+        return not (0 < length <= self.max_entry_size and cut.offset + LENGTH_PREFIX + length <= size)
+
     def _pread(self, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes at ``offset``: fewer when the file ends (or shrank) before."""
         try:

@@ -73,6 +73,18 @@ def record_payload_of_dummy_ledger(model, copy):
                    "and there is nothing to check it against")
 
 
+def record_length_prefix_shortened_in_a_dummy_ledger(model, copy):
+    # No digest fails: a DUMMY ledger's entry is served as short as its length prefix says. The bookie's own files say
+    # how long it is (the next entry's location, and its header's length, which counts the ledger's bytes so far):
+    # the entry is named, as corrupt. The walk loses its framing there, and says so.
+    log, target = next((log, r) for log in model.logs.values() for r in log.records
+                       if model.is_live(r.ledger_id) and not model.has_digest(r.ledger_id)
+                       and model.ledgers[r.ledger_id]["status"] == "CLOSED" and model.owes(r.ledger_id, r.entry_id)
+                       and model.is_indexed_copy(log, r) and r.length > ENTRY_HEADER + 24)
+    overwrite(log_path(copy, log), target.prefix, _INT.pack(target.length - 16))
+    return expect(corrupt(log, target), damaged(log, None), said=("length prefix",), damage_by_log_only=True)
+
+
 # --- the entry log's header ------------------------------------------------------------------
 
 
@@ -240,6 +252,7 @@ FAULTS = [
     Fault("record-digest", record_byte(ENTRY_HEADER)),
     Fault("record-payload", record_payload),
     Fault("record-payload-dummy-digest", record_payload_of_dummy_ledger),
+    Fault("record-length-prefix-shortened-dummy-digest", record_length_prefix_shortened_in_a_dummy_ledger),
     Fault("log-header-fingerprint", log_header_fingerprint),
     Fault("log-header-version", log_header_version),
     Fault("log-header-unused-bytes", log_header_unused_bytes),

@@ -165,7 +165,7 @@ def _walked(path: Path, walk_class, expected, start, pace_interval: int, stop_at
                 "counts": (stats.entries_verified, stats.entries_skipped, stats.entries_failed, stats.bytes_scanned),
                 "ledger_bytes": stats.ledger_bytes if not (stopped or failures_taken) else None,
                 "problems": [(type(p).__name__, p.offset, str(p)) for p in entry_log.problems],
-                "valid_end": entry_log.valid_end}
+                "valid_end": entry_log.valid_end, "last_record": walk.last_record}
 
 
 @st.composite
