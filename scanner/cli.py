@@ -49,7 +49,7 @@ class _VersionAction(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         from scanner.envelope import tool_version
-        from scanner.scan.walker import walker_in_use
+        from scanner.scan.native import walker_in_use
 
         print(f"{parser.prog} {tool_version()} (record walker: {walker_in_use()})")
         parser.exit(0)

@@ -35,7 +35,7 @@ from scanner.agent.worker import LedgerDirWorker, WorkerSettings
 from scanner.metadata.store import MetadataUnavailable
 from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
 from scanner.scan.targeted import BookieScanner
-from scanner.scan.walker import walker_in_use
+from scanner.scan.native import walker_in_use
 from scanner.statefile import write_problem
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import LayoutError, discover_layout

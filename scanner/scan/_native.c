@@ -571,6 +571,234 @@ static PyTypeObject WalkerType = {
     .tp_methods = Walker_methods,
 };
 
+
+/* ---- the index's locations: sorted runs, merged per log; the completeness count ------------------------ */
+
+static int writable_uint64(PyObject *object, Py_buffer *view) {
+    if (PyObject_GetBuffer(object, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+        return -1;
+    if (view->itemsize != 8 || view->ndim != 1 || view->format == NULL || strchr("QLK", view->format[0]) == NULL ||
+        view->format[1] != '\0') {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "expected a writable contiguous buffer of uint64");
+        return -1;
+    }
+    return 0;
+}
+
+/* Sorts (keys, a, b) by keys: a radix sort of (key, index) over the key bytes that differ, then a gather. */
+static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n) {
+    uint64_t differ = 0;
+    for (size_t i = 1; i < n; i++)
+        differ |= keys[i] ^ keys[0];
+    uint64_t *k2 = PyMem_RawMalloc(n * sizeof(uint64_t)), *spare = PyMem_RawMalloc(n * sizeof(uint64_t));
+    uint32_t *order = PyMem_RawMalloc(n * sizeof(uint32_t)), *o2 = PyMem_RawMalloc(n * sizeof(uint32_t));
+    if (k2 == NULL || spare == NULL || order == NULL || o2 == NULL) {
+        PyMem_RawFree(k2), PyMem_RawFree(spare), PyMem_RawFree(order), PyMem_RawFree(o2);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        order[i] = (uint32_t)i;
+    uint64_t *from_k = keys, *to_k = k2;
+    uint32_t *from_o = order, *to_o = o2;
+    for (int shift = 0; shift < 64; shift += 8) {
+        if (((differ >> shift) & 0xff) == 0)
+            continue;
+        size_t count[257] = {0};
+        for (size_t i = 0; i < n; i++)
+            count[((from_k[i] >> shift) & 0xff) + 1]++;
+        for (int d = 0; d < 256; d++)
+            count[d + 1] += count[d];
+        for (size_t i = 0; i < n; i++) {
+            size_t at = count[(from_k[i] >> shift) & 0xff]++;
+            to_k[at] = from_k[i];
+            to_o[at] = from_o[i];
+        }
+        uint64_t *tk = from_k; from_k = to_k; to_k = tk;
+        uint32_t *to = from_o; from_o = to_o; to_o = to;
+    }
+    if (from_k != keys)
+        memcpy(keys, from_k, n * sizeof(uint64_t));
+    uint64_t *columns[2] = {a, b};
+    for (int c = 0; c < 2; c++) {
+        for (size_t i = 0; i < n; i++)
+            spare[i] = columns[c][from_o[i]];
+        memcpy(columns[c], spare, n * sizeof(uint64_t));
+    }
+    PyMem_RawFree(k2), PyMem_RawFree(spare), PyMem_RawFree(order), PyMem_RawFree(o2);
+    return 0;
+}
+
+static PyObject *native_sort_by_location(PyObject *m, PyObject *args) {
+    PyObject *objects[3];
+    if (!PyArg_ParseTuple(args, "OOO", &objects[0], &objects[1], &objects[2]))
+        return NULL;
+    Py_buffer views[3];
+    for (int i = 0; i < 3; i++)
+        if (writable_uint64(objects[i], &views[i]) < 0) {
+            while (i--)
+                PyBuffer_Release(&views[i]);
+            return NULL;
+        }
+    size_t n = (size_t)(views[0].len / 8);
+    int failed = 0;
+    if (views[1].len != views[0].len || views[2].len != views[0].len || n > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "three columns of one length (below 2^32) are sorted");
+        failed = 1;
+    } else if (n > 1) {
+        Py_BEGIN_ALLOW_THREADS
+        failed = sort_triples(views[0].buf, views[1].buf, views[2].buf, n) < 0;
+        Py_END_ALLOW_THREADS
+        if (failed)
+            PyErr_NoMemory();
+    }
+    for (int i = 0; i < 3; i++)
+        PyBuffer_Release(&views[i]);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* A min-heap of slices by their next location; `at` is each slice's next index. */
+static inline uint64_t head_of(const Py_buffer *in, const size_t *at, Py_ssize_t s) {
+    return ((const uint64_t *)in[3 * s].buf)[at[s]];
+}
+
+/* Ties go to the earlier slice: the merge is stable, as a stable sort of the slices one after the other is. */
+static inline int before(const Py_buffer *in, const size_t *at, Py_ssize_t a, Py_ssize_t b) {
+    uint64_t va = head_of(in, at, a), vb = head_of(in, at, b);
+    return va < vb || (va == vb && a < b);
+}
+
+static void sift_down(Py_ssize_t *heap, Py_ssize_t size, Py_ssize_t i, const Py_buffer *in, const size_t *at) {
+    for (;;) {
+        Py_ssize_t least = i, left = 2 * i + 1, right = left + 1;
+        if (left < size && before(in, at, heap[left], heap[least]))
+            least = left;
+        if (right < size && before(in, at, heap[right], heap[least]))
+            least = right;
+        if (least == i)
+            return;
+        Py_ssize_t t = heap[i]; heap[i] = heap[least]; heap[least] = t;
+        i = least;
+    }
+}
+
+static void merge_slices(const Py_buffer *in, size_t *at, Py_ssize_t *heap, Py_ssize_t k, uint64_t *loc, uint64_t *led,
+                         uint64_t *ent, uint64_t *pos) {
+    Py_ssize_t size = 0;
+    for (Py_ssize_t s = 0; s < k; s++)
+        if (in[3 * s].len > 0)
+            heap[size++] = s;
+    for (Py_ssize_t i = size / 2 - 1; i >= 0; i--)
+        sift_down(heap, size, i, in, at);
+    size_t i = 0;
+    while (size > 0) {
+        Py_ssize_t s = heap[0];
+        size_t j = at[s]++;
+        uint64_t v = ((const uint64_t *)in[3 * s].buf)[j];
+        loc[i] = v;
+        led[i] = ((const uint64_t *)in[3 * s + 1].buf)[j];
+        ent[i] = ((const uint64_t *)in[3 * s + 2].buf)[j];
+        pos[i++] = v & 0xFFFFFFFFu;
+        if (at[s] == (size_t)(in[3 * s].len / 8))
+            heap[0] = heap[--size];
+        sift_down(heap, size, 0, in, at);
+    }
+}
+
+/* Merges k sorted (location, ledger, entry) slices into the four output columns (the fourth: positions). */
+static PyObject *native_merge_by_location(PyObject *m, PyObject *args) {
+    PyObject *slices, *outputs[4];
+    if (!PyArg_ParseTuple(args, "OOOOO", &slices, &outputs[0], &outputs[1], &outputs[2], &outputs[3]))
+        return NULL;
+    PyObject *sequence = PySequence_Fast(slices, "slices must be a sequence of (locations, ledgers, entries)");
+    if (sequence == NULL)
+        return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(sequence);
+    Py_buffer *in = PyMem_Calloc((size_t)(3 * k + 1), sizeof(Py_buffer));
+    size_t *at = PyMem_Calloc((size_t)k + 1, sizeof(size_t));
+    Py_ssize_t *heap = PyMem_Calloc((size_t)k + 1, sizeof(Py_ssize_t));
+    Py_buffer out[4];
+    int got = 0, outs = 0, ok = in != NULL && at != NULL && heap != NULL;
+    if (!ok)
+        PyErr_NoMemory();
+    size_t total = 0;
+    for (Py_ssize_t s = 0; ok && s < k; s++) {
+        PyObject *triple = PySequence_Fast_GET_ITEM(sequence, s);
+        if (!PyTuple_Check(triple) || PyTuple_GET_SIZE(triple) != 3) {
+            PyErr_SetString(PyExc_TypeError, "each slice is a (locations, ledgers, entries) tuple");
+            ok = 0;
+            break;
+        }
+        for (int c = 0; c < 3 && ok; c++) {
+            if (uint64_column(PyTuple_GET_ITEM(triple, c), &in[3 * s + c]) < 0)
+                ok = 0;
+            else
+                got++;
+        }
+        if (ok && (in[3 * s + 1].len != in[3 * s].len || in[3 * s + 2].len != in[3 * s].len)) {
+            PyErr_SetString(PyExc_ValueError, "a slice's columns differ in length");
+            ok = 0;
+        }
+        if (ok)
+            total += (size_t)(in[3 * s].len / 8);
+    }
+    for (int c = 0; ok && c < 4; c++) {
+        if (writable_uint64(outputs[c], &out[c]) < 0)
+            ok = 0;
+        else if (outs++, (size_t)(out[c].len / 8) != total) {
+            PyErr_SetString(PyExc_ValueError, "each output column must hold every location of the slices");
+            ok = 0;
+        }
+    }
+    if (ok) {
+        uint64_t *loc = out[0].buf, *led = out[1].buf, *ent = out[2].buf, *pos = out[3].buf;
+        Py_BEGIN_ALLOW_THREADS
+        merge_slices(in, at, heap, k, loc, led, ent, pos);
+        Py_END_ALLOW_THREADS
+    }
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(&in[i]);
+    for (int c = 0; c < outs; c++)
+        PyBuffer_Release(&out[c]);
+    PyMem_Free(in);
+    PyMem_Free(at);
+    PyMem_Free(heap);
+    Py_DECREF(sequence);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* How many of entry_ids[low:high] have the bookie at ensemble `index` in their write set (striped placement). */
+static PyObject *native_owned_count(PyObject *m, PyObject *args) {
+    PyObject *object;
+    Py_ssize_t low, high;
+    long long index, size, quorum;
+    if (!PyArg_ParseTuple(args, "OnnLLL", &object, &low, &high, &index, &size, &quorum))
+        return NULL;
+    Py_buffer view;
+    if (uint64_column(object, &view) < 0)
+        return NULL;
+    Py_ssize_t n = view.len / 8;
+    if (low < 0 || high > n || low > high || size <= 0 || index < 0 || index >= size) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "need 0 <= low <= high <= len and 0 <= index < size");
+        return NULL;
+    }
+    const uint64_t *ids = view.buf;
+    Py_ssize_t owned = 0;
+    for (Py_ssize_t i = low; i < high; i++) {
+        long long distance = index - (long long)(ids[i] % (uint64_t)size);
+        if (distance < 0)
+            distance += size;
+        owned += distance < quorum;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(owned);
+}
+
 /* ---- module ----------------------------------------------------------------------------------------- */
 
 static PyObject *crc_call(PyObject *args, uint32_t (*raw)(uint32_t, const uint8_t *, size_t)) {
@@ -591,6 +819,12 @@ static PyMethodDef module_methods[] = {
     {"crc32c", native_crc32c, METH_VARARGS, "crc32c(data, value=0): CRC32C as the crc32c package computes it"},
     {"crc32c_portable", native_crc32c_portable, METH_VARARGS, "crc32c(data, value=0) without CPU instructions"},
     {"crc32", native_crc32, METH_VARARGS, "crc32(data, value=0): CRC32 as zlib computes it"},
+    {"sort_by_location", native_sort_by_location, METH_VARARGS,
+     "sort_by_location(locations, ledgers, entries): the three uint64 columns sorted by location, in place"},
+    {"merge_by_location", native_merge_by_location, METH_VARARGS,
+     "merge_by_location([(locations, ledgers, entries)], locations, ledgers, entries, positions): sorted slices merged"},
+    {"owned_count", native_owned_count, METH_VARARGS,
+     "owned_count(entry_ids, low, high, index, size, quorum): entries of [low, high) striped onto ensemble index"},
     {NULL},
 };
 

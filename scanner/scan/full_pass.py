@@ -21,7 +21,6 @@ damaged: no metadata object per ledger, nothing per entry.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import logging
 import struct
@@ -36,6 +35,7 @@ from scanner.checks.entry_log_check import judge_entry_log
 from scanner.checks.findings import Category, Finding
 from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults
 from scanner.metadata.store import LedgerRead
+from scanner.scan.completeness import holds_every_entry
 from scanner.scan.ledger_table import LedgerTable
 from scanner.scan.location_runs import LocationRuns
 from scanner.scan.orphans import OrphanTrace, orphan_findings
@@ -197,7 +197,7 @@ class BookiePass:
                 self.orphans[ledger_id].indexed = len(entry_ids)
         else:
             self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
-            if owned and not _holds_every_entry(read.meta, self.bookie_id, entry_ids):
+            if owned and not holds_every_entry(read.meta, self.bookie_id, entry_ids):
                 evidence = LedgerEvidence(ledger_id, entry_ids)
                 if any(not f.category.informational for f in judge_ledger(read.meta, self.bookie_id, evidence)):
                     self._recheck.add(ledger_id)
@@ -558,42 +558,6 @@ class BookiePass:
 def _entries(finding: Finding) -> Iterator[int]:
     for first, last in finding.entries or ():
         yield from range(first, last + 1)
-
-
-def _holds_every_entry(meta, bookie_id: str, entry_ids) -> bool:
-    """True when, by counting alone, the index lists every entry the write sets give this bookie.
-
-    Exact: the entries listed in each of the bookie's fragments are as many as its write sets give it,
-    and all of them are its own (then none is missing). False means: judge entry by entry.
-    """
-    # The fragments as LedgerMetadata.fragments() cuts them, without building them: this runs for every ledger.
-    segments, size, quorum = meta.segments, meta.ensemble_size, meta.write_quorum
-    for i, (first, bookies) in enumerate(segments):
-        if bookie_id not in bookies:
-            continue
-        last = segments[i + 1][0] - 1 if i + 1 < len(segments) else None
-        if meta.is_closed:
-            last = meta.last_entry_id if last is None else min(last, meta.last_entry_id)
-        if last is None or last < first:
-            continue  # the open end of a ledger still written, or an empty fragment
-        index = bookies.index(bookie_id)
-        low, high = bisect.bisect_left(entry_ids, first), bisect.bisect_right(entry_ids, last)
-        if quorum == size:
-            if high - low != last - first + 1:
-                return False
-            continue
-        if high - low != _striped_count(first, last, index, size, quorum):
-            return False
-        # As many as owed: complete unless some listed entry is not this bookie's (then judge entry by entry).
-        if any((index - e) % size >= quorum for e in entry_ids[low:high]):
-            return False
-    return True
-
-
-def _striped_count(first: int, last: int, index: int, size: int, quorum: int) -> int:
-    """How many entries of [first, last] have the bookie at ensemble ``index`` in their write set."""
-    whole, rest = divmod(last - first + 1, size)
-    return whole * quorum + sum(1 for e in range(first, first + rest) if (index - e) % size < quorum)
 
 
 def _next_batch(index: Iterator) -> list:

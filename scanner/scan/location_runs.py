@@ -22,14 +22,13 @@ from array import array
 from pathlib import Path
 from typing import Iterator
 
+from scanner.scan.location_sort import log_ids_of, merged_by_location, sorted_by_location
 from scanner.scan.walk_data import ExpectedRecords
-from scanner.storage.location import arrow_view, uint64_array
 
 RUN_ENTRIES = 1 << 18  # locations sorted in memory at once: 6 MiB of arrays
 BATCH_ENTRIES = 1 << 16  # locations of consecutive logs gathered at once for their walks: 2 MiB of arrays
 WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk, when it alone has more
 FENCE = 512  # one location in this many stays in memory: a search reads the 4 KiB between two of them
-_POS_MASK = 0xFFFFFFFF
 _WIDTH = 8  # bytes of a native uint64
 
 
@@ -96,19 +95,12 @@ class LocationRuns:
             self._spill()
 
     def _spill(self) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        count = len(self._locations)
-        columns = [arrow_view(c) for c in (self._locations, self._ledger_ids, self._entry_ids)]
-        order = pc.sort_indices(columns[0])
         offset = self._file.tell()
-        locations = uint64_array(pc.take(columns[0], order))
-        locations.tofile(self._file)
-        for column in columns[1:]:
-            uint64_array(pc.take(column, order)).tofile(self._file)
+        locations, ledger_ids, entry_ids = sorted_by_location(self._locations, self._ledger_ids, self._entry_ids)
+        for column in (locations, ledger_ids, entry_ids):
+            column.tofile(self._file)
         self._file.flush()
-        self._log_ids.update(pc.unique(pc.shift_right(columns[0], pa.scalar(32, pa.uint64()))).to_pylist())
+        self._log_ids.update(log_ids_of(locations))
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
         self._runs.append(_Run(self._file.fileno(), offset, locations))
 
@@ -158,7 +150,7 @@ class LocationRuns:
             else:
                 break
         taken = [(run, *run.span(low, end_log << 32)) for run in self._runs]
-        return _Batch(entry_log_id, end_log, low, *_sorted_columns([(run, i, j) for run, i, j in taken if j > i]))
+        return _Batch(entry_log_id, end_log, low, *_merged(taken))
 
     def _count(self, low: int, high: int) -> int:
         return sum(j - i for i, j in (run.span(low, high) for run in self._runs))
@@ -172,8 +164,8 @@ class LocationRuns:
             taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
             spans = [(c, j) for (_, j), c in zip(spans, cut)]
             if taken:
-                locations, ledger_ids, entry_ids = _sorted_columns(taken)
-                yield ExpectedRecords(_positions(locations), ledger_ids, entry_ids,
+                _, ledger_ids, entry_ids, positions = _merged(taken)
+                yield ExpectedRecords(positions, ledger_ids, entry_ids,
                                       high if any(i < j for i, j in spans) else 1 << 64)
             low = high
 
@@ -192,10 +184,11 @@ class LocationRuns:
 class _Batch:
     """The sorted locations of logs [first_log, end_log) from ``low`` on, as native arrays sliced per log."""
 
-    def __init__(self, first_log: int, end_log: int, low: int, locations: array, ledger_ids: array, entry_ids: array):
+    def __init__(self, first_log: int, end_log: int, low: int, locations: array, ledger_ids: array, entry_ids: array,
+                 positions: array):
         self.first_log, self.end_log, self._low = first_log, end_log, low
         self._locations, self._ledger_ids, self._entry_ids = locations, ledger_ids, entry_ids
-        self._positions = _positions(locations)
+        self._positions = positions
 
     def start_pos(self, base: int) -> int:
         """The first position of the log at ``base`` the batch holds locations from."""
@@ -208,30 +201,7 @@ class _Batch:
                                memoryview(self._entry_ids)[i:j], 1 << 64)
 
 
-def _sorted_columns(taken: list[tuple[_Run, int, int]]) -> tuple[array, array, array]:
-    """(locations, ledger ids, entry ids) of the runs' slices ``taken``, merged in location order."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not taken:
-        return array("Q"), array("Q"), array("Q")
-    if len(taken) == 1:
-        run, i, j = taken[0]
-        return run.column(0, i, j), run.column(1, i, j), run.column(2, i, j)
-
-    def column(which: int) -> "pa.Array":
-        return pa.concat_arrays([arrow_view(run.column(which, i, j)) for run, i, j in taken])
-
-    locations, ledger_ids, entry_ids = column(0), column(1), column(2)
-    order = pc.sort_indices(locations)  # each run is sorted; their slices interleave
-    return tuple(uint64_array(pc.take(c, order)) for c in (locations, ledger_ids, entry_ids))
-
-
-def _positions(locations: array) -> array:
-    """The positions (low 32 bits) of encoded locations."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not locations:
-        return array("Q")
-    return uint64_array(pc.bit_wise_and(arrow_view(locations), pa.scalar(_POS_MASK, pa.uint64())))
+def _merged(taken: list[tuple[_Run, int, int]]) -> tuple[array, array, array, array]:
+    """(locations, ledger ids, entry ids, positions) of the runs' slices ``taken``, merged in location order."""
+    return merged_by_location([(run.column(0, i, j), run.column(1, i, j), run.column(2, i, j))
+                               for run, i, j in taken if j > i])

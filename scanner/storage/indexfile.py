@@ -136,18 +136,18 @@ def close_unread(guest: PageCacheGuest | None) -> None:
 
 def _opened_ahead(path: str) -> PageCacheGuest | None:
     try:
-        guest = PageCacheGuest(_open_read_only(Path(path)))
+        guest = PageCacheGuest(_open_read_only(path))
     except OSError:
         return None  # gone since the listing, or unreadable: the reader finds out by path
     guest.fetch_ahead(HEADER_SIZE + _READ_CHUNK)
     return guest
 
 
-def _subdirs(path: Path) -> Iterator[Path]:
+def _subdirs(path: Path | str) -> Iterator[str]:
     with os.scandir(path) as entries:
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                yield Path(entry.path)
+                yield entry.path  # a str: a Path per directory costs more than listing it
 
 
 class IndexFile:

@@ -28,6 +28,9 @@ class EntryLocation:
 
 def nonzero_slots(slots: array, first_entry_id: int) -> tuple[array, array]:
     """(entry ids, values) of the non-zero values of ``slots`` (``array('Q')``, slot i = entry first_entry_id + i)."""
+    found = array("Q", filter(None, slots))
+    if len(found) == len(slots):  # most ledgers: every slot used (the empty ones at the end are cut off already)
+        return array("Q", range(first_entry_id, first_entry_id + len(slots))), found
     if len(slots) < _VECTOR_THRESHOLD:
         ids = array("Q", [first_entry_id + i for i, raw in enumerate(slots) if raw])
         return ids, array("Q", [raw for raw in slots if raw])

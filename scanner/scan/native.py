@@ -1,0 +1,31 @@
+"""Whether the scan's native code runs (``scanner.scan._native``): when it was built at install, unless
+``BOOKIE_SCANNER_WALKER=python`` asks for the Python forms (the reference), which then run everywhere."""
+
+from __future__ import annotations
+
+import os
+
+WALKER_VARIABLE = "BOOKIE_SCANNER_WALKER"
+
+try:
+    from scanner.scan import _native
+    _NOT_BUILT = None
+except ImportError as error:  # installed without a C compiler: the extension was not built
+    _native = None
+    _NOT_BUILT = str(error)
+
+
+def native_code():
+    """The native module when it is to be used, else None."""
+    if _native is None or os.environ.get(WALKER_VARIABLE, "native").strip().lower() == "python":
+        return None
+    return _native
+
+
+def walker_in_use() -> str:
+    """Which walker walks, and why, in a few words (``--version``, ``status``)."""
+    if native_code() is not None:
+        return f"native, CRC32C with {_native.CRC32C_INSTRUCTIONS}"
+    if _native is not None:
+        return f"python, forced by {WALKER_VARIABLE}=python"
+    return f"python, the native extension is not built ({_NOT_BUILT}): install a C compiler and reinstall"
