@@ -10,7 +10,7 @@
  * length and offset read from the chunk is checked against the chunk before it is used.
  *
  * CRC32C uses SSE4.2 (three interleaved lanes over long stretches) when the CPU has it, checked at import;
- * otherwise, and for CRC32, tables eight bytes at a time.
+ * otherwise, and for CRC32, tables eight bytes at a time. MAC digests are HMAC-SHA1, SHA-1 written out here.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -158,7 +158,111 @@ static inline uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32)
 #define CRC32C_DIGEST 4
 #define CRC32_DIGEST 8
 
-enum method { SKIP = 0, CRC32C = 1, CRC32 = 2, DUMMY = 3, PYTHON = 4 };
+/* ---- SHA-1 and HMAC-SHA1 (BookKeeper's MAC digest) ------------------------------------------------------ */
+
+typedef struct {
+    uint32_t h[5];
+} Sha1State;
+
+static inline uint32_t rol(uint32_t v, int n) { return (v << n) | (v >> (32 - n)); }
+
+static void sha1_block(uint32_t h[5], const uint8_t *p) {
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++)
+        w[i] = be32(p + 4 * i);
+    for (int i = 16; i < 80; i++)
+        w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; i++) {
+        uint32_t f, k;
+        if (i < 20)
+            f = (b & c) | (~b & d), k = 0x5A827999u;
+        else if (i < 40)
+            f = b ^ c ^ d, k = 0x6ED9EBA1u;
+        else if (i < 60)
+            f = (b & c) | (b & d) | (c & d), k = 0x8F1BBCDCu;
+        else
+            f = b ^ c ^ d, k = 0xCA62C1D6u;
+        uint32_t t = rol(a, 5) + f + e + k + w[i];
+        e = d, d = c, c = rol(b, 30), b = a, a = t;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
+}
+
+/* SHA-1 of `prefix` (64 bytes already in `state`), then the pieces, finished into `out`. */
+static void sha1_finish(Sha1State state, const uint8_t *pieces[], const size_t sizes[], int count, uint8_t out[20]) {
+    uint8_t block[64];
+    size_t used = 0;
+    uint64_t total = 64;
+    for (int i = 0; i < count; i++) {
+        const uint8_t *p = pieces[i];
+        size_t n = sizes[i];
+        total += n;
+        while (n > 0) {
+            if (used == 0 && n >= 64) {
+                sha1_block(state.h, p);
+                p += 64, n -= 64;
+                continue;
+            }
+            size_t take = 64 - used < n ? 64 - used : n;
+            memcpy(block + used, p, take);
+            used += take, p += take, n -= take;
+            if (used == 64) {
+                sha1_block(state.h, block);
+                used = 0;
+            }
+        }
+    }
+    block[used++] = 0x80;
+    if (used > 56) {
+        memset(block + used, 0, 64 - used);
+        sha1_block(state.h, block);
+        used = 0;
+    }
+    memset(block + used, 0, 56 - used);
+    uint64_t bits = total * 8;
+    for (int i = 0; i < 8; i++)
+        block[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    sha1_block(state.h, block);
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 4; j++)
+            out[4 * i + j] = (uint8_t)(state.h[i] >> (24 - 8 * j));
+}
+
+/* An HMAC-SHA1 key (up to 64 bytes: BookKeeper's is SHA-1 of "mac" and the password) as the two states after
+ * its padded blocks, so each entry costs its own blocks only. */
+typedef struct {
+    Sha1State inner, outer;
+} MacKey;
+
+static void mac_key_from(MacKey *mac, const uint8_t *key, size_t length) {
+    uint8_t pad[64];
+    const Sha1State start = {{0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u, 0xC3D2E1F0u}};
+    mac->inner = start, mac->outer = start;
+    for (int i = 0; i < 64; i++)
+        pad[i] = (uint8_t)((i < (int)length ? key[i] : 0) ^ 0x36);
+    sha1_block(mac->inner.h, pad);
+    for (int i = 0; i < 64; i++)
+        pad[i] = (uint8_t)((i < (int)length ? key[i] : 0) ^ 0x5c);
+    sha1_block(mac->outer.h, pad);
+}
+
+#define MAC_DIGEST 20
+
+static int mac_holds(const MacKey *mac, const uint8_t *entry, int64_t length) {
+    if (length < ENTRY_HEADER + MAC_DIGEST)
+        return 0;
+    uint8_t inner[20], outer[20];
+    const uint8_t *pieces[2] = {entry, entry + ENTRY_HEADER + MAC_DIGEST};
+    size_t sizes[2] = {ENTRY_HEADER, (size_t)(length - ENTRY_HEADER - MAC_DIGEST)};
+    sha1_finish(mac->inner, pieces, sizes, 2, inner);
+    const uint8_t *digest[1] = {inner};
+    size_t digest_size[1] = {20};
+    sha1_finish(mac->outer, digest, digest_size, 1, outer);
+    return memcmp(outer, entry + ENTRY_HEADER, MAC_DIGEST) == 0;
+}
+
+enum method { SKIP = 0, CRC32C = 1, CRC32 = 2, DUMMY = 3, PYTHON = 4, HMAC = 5 };
 
 static int digest_holds(int method, const uint8_t *entry, int64_t length) {
     if (method == CRC32C) {
@@ -183,6 +287,7 @@ static int digest_holds(int method, const uint8_t *entry, int64_t length) {
 typedef struct {
     uint64_t ledger;
     uint64_t bytes;
+    uint32_t key; /* HMAC: the index of its key among the walker's keys */
     uint8_t method;
     uint8_t used;
 } Ledger;
@@ -228,10 +333,11 @@ static int grow_ledgers(Ledgers *l) {
     return 0;
 }
 
-static int add_ledger(Ledgers *l, uint64_t ledger, int method) {
+static int add_ledger(Ledgers *l, uint64_t ledger, int method, uint32_t key) {
     Ledger *s = find_ledger(l, ledger);
     if (s != NULL) {
         s->method = (uint8_t)method;
+        s->key = key;
         return 0;
     }
     if (2 * (l->count + 1) > l->capacity && grow_ledgers(l) < 0)
@@ -239,7 +345,7 @@ static int add_ledger(Ledgers *l, uint64_t ledger, int method) {
     size_t i = slot_of(l, ledger);
     while (l->slots[i].used)
         i = (i + 1) & (l->capacity - 1);
-    l->slots[i] = (Ledger){ledger, 0, (uint8_t)method, 1};
+    l->slots[i] = (Ledger){ledger, 0, key, (uint8_t)method, 1};
     l->count++;
     return 0;
 }
@@ -281,6 +387,8 @@ typedef struct {
     uint64_t verified, skipped, failed;
     Fault faults[MAX_FAULTS];
     size_t fault_count;
+    MacKey *keys; /* the keys of the MAC ledgers met */
+    size_t key_count, key_capacity;
     int busy;
 } Walker;
 
@@ -295,6 +403,7 @@ static void release_window(Walker *w) {
 static void Walker_dealloc(Walker *w) {
     release_window(w);
     PyMem_Free(w->ledgers.slots);
+    PyMem_Free(w->keys);
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
 
@@ -392,7 +501,8 @@ static Stop walk_chunk(Walker *w, const uint8_t *chunk, int64_t base, int64_t le
         case PYTHON:
             return (Stop){PY_RECORD, pos, (uint64_t)ledger, (uint64_t)entry, body, length, indexed, at + LENGTH_PREFIX};
         default:
-            if (digest_holds(l->method, stored, length)) {
+            if (l->method == HMAC ? mac_holds(&w->keys[l->key], stored, length)
+                                  : digest_holds(l->method, stored, length)) {
                 w->verified++;
             } else {
                 w->failed++;
@@ -426,18 +536,38 @@ static PyObject *Walker_walk(Walker *w, PyObject *args) {
 static PyObject *Walker_learn(Walker *w, PyObject *args) {
     unsigned long long ledger;
     int method;
-    if (!PyArg_ParseTuple(args, "Ki", &ledger, &method))
+    Py_buffer key = {0};
+    if (!PyArg_ParseTuple(args, "Ki|y*", &ledger, &method, &key))
         return NULL;
-    if (method < SKIP || method > PYTHON) {
-        PyErr_SetString(PyExc_ValueError, "unknown verification method");
-        return NULL;
+    const char *problem = NULL;
+    if (method < SKIP || method > HMAC)
+        problem = "unknown verification method";
+    else if (method == HMAC && (key.buf == NULL || key.len > 64))
+        problem = "a MAC ledger needs its key (at most 64 bytes)";
+    else if (w->busy)
+        problem = "the walker is in use";
+    uint32_t index = 0;
+    if (problem == NULL && method == HMAC) {
+        if (w->key_count == w->key_capacity) {
+            size_t capacity = w->key_capacity ? 2 * w->key_capacity : 8;
+            MacKey *keys = PyMem_Realloc(w->keys, capacity * sizeof(MacKey));
+            if (keys == NULL) {
+                PyBuffer_Release(&key);
+                return PyErr_NoMemory();
+            }
+            w->keys = keys, w->key_capacity = capacity;
+        }
+        mac_key_from(&w->keys[w->key_count], key.buf, (size_t)key.len);
+        index = (uint32_t)w->key_count++;
     }
-    if (w->busy) {
-        PyErr_SetString(PyExc_ValueError, "the walker is in use");
+    if (key.buf != NULL)
+        PyBuffer_Release(&key);
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_ValueError, problem);
         return NULL;
     }
     w->last = NULL; /* slots move when the table grows */
-    if (add_ledger(&w->ledgers, ledger, method) < 0)
+    if (add_ledger(&w->ledgers, ledger, method, index) < 0)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -547,7 +677,8 @@ static PyObject *Walker_last_record(Walker *w, PyObject *unused) {
 static PyMethodDef Walker_methods[] = {
     {"walk", (PyCFunction)Walker_walk, METH_VARARGS,
      "walk(chunk, base, pos, stop) -> (status, pos, a, b, c, d, e, f): walk the chunk's records from pos"},
-    {"learn", (PyCFunction)Walker_learn, METH_VARARGS, "learn(ledger, method): how the ledger's records are verified"},
+    {"learn", (PyCFunction)Walker_learn, METH_VARARGS,
+     "learn(ledger, method, key=None): how the ledger's records are verified (HMAC: with this key)"},
     {"set_window", (PyCFunction)Walker_set_window, METH_VARARGS,
      "set_window(positions, ledger_ids, entry_ids, end): the next window of the index's locations"},
     {"take_index_faults", (PyCFunction)Walker_take_index_faults, METH_NOARGS,
@@ -854,7 +985,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         PyModule_AddStringConstant(m, "CRC32C_INSTRUCTIONS", crc32c_kind) < 0 ||
         PyModule_AddIntConstant(m, "SKIP", SKIP) < 0 || PyModule_AddIntConstant(m, "CRC32C", CRC32C) < 0 ||
         PyModule_AddIntConstant(m, "CRC32", CRC32) < 0 || PyModule_AddIntConstant(m, "DUMMY", DUMMY) < 0 ||
-        PyModule_AddIntConstant(m, "PYTHON", PYTHON) < 0) {
+        PyModule_AddIntConstant(m, "PYTHON", PYTHON) < 0 || PyModule_AddIntConstant(m, "HMAC", HMAC) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -4,7 +4,7 @@
 The C walker walks the records of one chunk at a time with the GIL released and hands back what it cannot
 decide alone: pace stops, records that need more of the file, irregular records (the entry log judges them,
 as for the reference), ledgers it has not met (``verifier_for`` is asked here, once per ledger), windows of
-the index's locations, digest failures, and records of MAC ledgers (verified here, in Python).
+the index's locations, digest failures, and records a wrapper of a verifier must see (verified here, in Python).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class NativeWalk:
                 elif status == NEED_BYTES:
                     need = a
                 elif status == NEED_LEDGER:
-                    core.learn(a, self._method_of(a))
+                    self._learn(a)
                 elif status == NEED_WINDOW:
                     self._next_window()
                 elif status == FAULTS_FULL:
@@ -100,14 +100,17 @@ class NativeWalk:
             self.stats.bytes_scanned = max(self.stats.bytes_scanned, pos - first)
             cursor.release_all()
 
-    def _method_of(self, ledger_id: int) -> int:
-        """How the C walker verifies the ledger's records (asking ``verifier_for`` once)."""
+    def _learn(self, ledger_id: int) -> None:
+        """Tell the C walker how to verify the ledger's records (asking ``verifier_for`` once)."""
         verifier = self._verifiers[ledger_id] = self._verifier_for(ledger_id)
         if verifier is None:
-            return _native.SKIP
-        if type(verifier) is DigestVerifier:  # not a wrapper that must see every entry itself
-            return _IN_C.get(verifier.digest_type, _native.PYTHON)
-        return _native.PYTHON
+            self._core.learn(ledger_id, _native.SKIP)
+        elif type(verifier) is not DigestVerifier:  # a wrapper that must see every entry itself
+            self._core.learn(ledger_id, _native.PYTHON)
+        elif verifier.digest_type is DigestType.HMAC:
+            self._core.learn(ledger_id, _native.HMAC, verifier.mac_key)
+        else:
+            self._core.learn(ledger_id, _IN_C[verifier.digest_type])
 
     def _next_window(self) -> None:
         window = self._window = next(self._windows, None) or NO_WINDOW

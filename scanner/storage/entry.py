@@ -64,18 +64,19 @@ class DigestVerifier:
     the header slice and the payload slice in two calls.
     """
 
-    __slots__ = ("digest_type", "digest_length", "min_length", "_check")
+    __slots__ = ("digest_type", "digest_length", "min_length", "mac_key", "_check")
 
     def __init__(self, digest_type: DigestType, password: bytes = b""):
         self.digest_type = DigestType(digest_type)
         self.digest_length = DIGEST_LENGTH[self.digest_type]
         self.min_length = METADATA_LENGTH + self.digest_length
+        self.mac_key = mac_key(password) if self.digest_type is DigestType.HMAC else None
         if self.digest_type is DigestType.CRC32:
             self._check = _check_crc32
         elif self.digest_type is DigestType.CRC32C:
             self._check = _check_crc32c
         elif self.digest_type is DigestType.HMAC:
-            self._check = _hmac_checker(mac_key(password))
+            self._check = _hmac_checker(self.mac_key)
         else:
             self._check = _check_dummy
 
