@@ -38,7 +38,7 @@ class NativeWalk:
         self._windows = iter(expected)
         self._window = NO_WINDOW  # the window the C walker matches against
         self._start = start
-        self._in_python = [0, 0]  # records verified here (MAC ledgers): (verified, failed)
+        self._in_python = [0, 0]  # records verified here (a verifier wrapper must see them): (verified, failed)
         self._core: _native.Walker | None = None
         self.last_record: WalkedRecord | None = None  # the last record walked (where a broken framing began)
 
