@@ -7,7 +7,8 @@ of every log and the checkpoints all count, as they do on a bookie host. Peak RS
 `--scanner` may name several installs (e.g. one before a change and one after): they take turns.
 
     python bench/bench_agent_cpu.py --dir /data/bench --shape db-L10000-N100-S100-E1000 --shape db-L10000-N100-S65536-E3
-    python bench/bench_agent_cpu.py --dir /data/bench --shape ... --scanner /old/.venv/bin/bookie-scanner --scanner .venv/bin/bookie-scanner
+    python bench/bench_agent_cpu.py --dir /data/bench --shape ... \
+        --scanner /old/.venv/bin/bookie-scanner --scanner .venv/bin/bookie-scanner
 """
 
 from __future__ import annotations

@@ -232,24 +232,25 @@ def _rotated(log_path: Path, rest: bytes | None):
     return checkpoint
 
 
-def test_a_torn_tail_completed_as_the_log_rotates_during_the_walk_is_no_damage(tmp_path):
+def _walk_torn_log_as_it_rotates(tmp_path: Path, completed: bool):
+    """The findings of a pass's walk of the torn newest log, during which the next log appears (and the writer
+    completes the cut record, if ``completed``)."""
     layout, newest, rest = _torn_newest_log(tmp_path)
     with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
         full.read_index()
         full.read_cluster()
         [log_file] = [f for f in full.log_files if f.path == newest]
-        assert full.walk(log_file, checkpoint=_rotated(newest, rest), pace_interval=4096) == []
+        found = full.walk(log_file, checkpoint=_rotated(newest, rest if completed else None), pace_interval=4096)
         full.storage.close()
+    return found
+
+
+def test_a_torn_tail_completed_as_the_log_rotates_during_the_walk_is_no_damage(tmp_path):
+    assert _walk_torn_log_as_it_rotates(tmp_path, completed=True) == []
 
 
 def test_a_torn_tail_of_a_log_that_is_no_longer_the_newest_is_damage(tmp_path):
     # The control: the next log appeared, and the cut record was not completed. A log the bookie no longer writes
     # ends in half a record.
-    layout, newest, _ = _torn_newest_log(tmp_path)
-    with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
-        full.read_index()
-        full.read_cluster()
-        [log_file] = [f for f in full.log_files if f.path == newest]
-        [damage] = full.walk(log_file, checkpoint=_rotated(newest, None), pace_interval=4096)
-        assert damage.category.value == "damaged_entry_log" and "560 of 1060 bytes present" in damage.detail
-        full.storage.close()
+    [damage] = _walk_torn_log_as_it_rotates(tmp_path, completed=False)
+    assert damage.category.value == "damaged_entry_log" and "560 of 1060 bytes present" in damage.detail

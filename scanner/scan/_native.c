@@ -572,17 +572,21 @@ static PyObject *Walker_learn(Walker *w, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static int uint64_column(PyObject *object, Py_buffer *view) {
-    if (PyObject_GetBuffer(object, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+/* A one-dimensional contiguous buffer of uint64 (array('Q') or a memoryview of one); writable if asked. */
+static int uint64_buffer(PyObject *object, Py_buffer *view, int writable) {
+    if (PyObject_GetBuffer(object, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
         return -1;
     if (view->itemsize != 8 || view->ndim != 1 || view->format == NULL || strchr("QLK", view->format[0]) == NULL ||
         view->format[1] != '\0') {
         PyBuffer_Release(view);
-        PyErr_SetString(PyExc_TypeError, "a window column must be a contiguous buffer of uint64");
+        PyErr_SetString(PyExc_TypeError, "expected a contiguous buffer of uint64");
         return -1;
     }
     return 0;
 }
+
+static int uint64_column(PyObject *object, Py_buffer *view) { return uint64_buffer(object, view, 0); }
+static int writable_uint64(PyObject *object, Py_buffer *view) { return uint64_buffer(object, view, 1); }
 
 static PyObject *Walker_set_window(Walker *w, PyObject *args) {
     PyObject *columns[3];
@@ -704,18 +708,6 @@ static PyTypeObject WalkerType = {
 
 
 /* ---- the index's locations: sorted runs, merged per log; the completeness count ------------------------ */
-
-static int writable_uint64(PyObject *object, Py_buffer *view) {
-    if (PyObject_GetBuffer(object, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
-        return -1;
-    if (view->itemsize != 8 || view->ndim != 1 || view->format == NULL || strchr("QLK", view->format[0]) == NULL ||
-        view->format[1] != '\0') {
-        PyBuffer_Release(view);
-        PyErr_SetString(PyExc_TypeError, "expected a writable contiguous buffer of uint64");
-        return -1;
-    }
-    return 0;
-}
 
 /* Sorts (keys, a, b) by keys: a radix sort of (key, index) over the key bytes that differ, then a gather. */
 static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n) {

@@ -14,8 +14,8 @@ from typing import Callable, Iterable, Iterator
 
 from scanner.scan import _native
 from scanner.scan.walk_data import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, VerifierFor,
-                                    WalkedRecord, WalkStats, another_entry, failure_reason, not_a_record_start,
-                                    unreached, why_unreached)
+                                    WalkedRecord, WalkStats, another_entry, counting, failure_reason,
+                                    not_a_record_start, unreached, why_unreached)
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.entrylog import PACE_INTERVAL, RECORD_START_SIZE, EntryLog
 
@@ -46,7 +46,7 @@ class NativeWalk:
                  pace_interval: int = PACE_INTERVAL) -> Iterator[DigestFailure]:
         """Walk, and yield the records whose digest fails. ``pace(nbytes)`` as :meth:`EntryLog.records` calls it."""
         entry_log = self.entry_log
-        cursor = entry_log.cursor(self._start, self._counted(pace), pace_interval, reuse_buffer=True)
+        cursor = entry_log.cursor(self._start, counting(self.stats, pace), pace_interval, reuse_buffer=True)
         if cursor is None:
             self.index_faults += unreached([*self._windows], 0, "the log has no readable header")
             return
@@ -129,14 +129,6 @@ class NativeWalk:
         stats.entries_verified = verified + self._in_python[0]
         stats.entries_skipped = skipped
         stats.entries_failed = failed + self._in_python[1]
-
-    def _counted(self, pace: Callable[[int], object] | None) -> Callable[[int], object]:
-        def counted(n: int) -> None:
-            self.stats.bytes_scanned += n
-            if pace is not None:
-                pace(n)
-
-        return counted
 
 
 def _column(values) -> array | memoryview:

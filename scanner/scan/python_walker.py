@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator
 
 from scanner.scan.walk_data import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, VerifierFor,
-                                    WalkedRecord, WalkStats, another_entry, failure_reason, not_a_record_start,
-                                    unreached, why_unreached)
+                                    WalkedRecord, WalkStats, another_entry, counting, failure_reason,
+                                    not_a_record_start, unreached, why_unreached)
 from scanner.storage.entry import DigestVerifier
 from scanner.storage.entrylog import LENGTH_PREFIX, PACE_INTERVAL, EntryLog
 
@@ -77,7 +77,7 @@ class PythonWalk:
                  pace_interval: int = PACE_INTERVAL) -> Iterator[DigestFailure]:
         """Walk, and yield the records whose digest fails. ``pace(nbytes)`` as :meth:`EntryLog.records` calls it."""
         entry_log, stats = self.entry_log, self.stats
-        records = entry_log.records(self._start, self._counted(pace), pace_interval, reuse_buffer=True)
+        records = entry_log.records(self._start, counting(self.stats, pace), pace_interval, reuse_buffer=True)
         if entry_log.header is None:
             self._join.unreached("the log has no readable header")
             return
@@ -104,11 +104,3 @@ class PythonWalk:
             self._join.unreached(why_unreached(entry_log))
         finally:  # also when the consumer stops early: the counters stay true
             stats.bytes_scanned = max(stats.bytes_scanned, walked_to - first)
-
-    def _counted(self, pace: Callable[[int], object] | None) -> Callable[[int], object]:
-        def counted(n: int) -> None:
-            self.stats.bytes_scanned += n
-            if pace is not None:
-                pace(n)
-
-        return counted

@@ -90,7 +90,8 @@ class BookieScanner:
         return findings
 
     def ledger_evidence(self, ledger_id: int, verifier: DigestVerifier | None) -> LedgerEvidence:
-        """What the index shows of the ledger now, each record it points to read back (and verified with ``verifier``)."""
+        """What the index shows of the ledger now, each record it points to read back (and verified with
+        ``verifier``)."""
         indexed: list[int] = []
         faults: list[RecordFault] = []
         try:

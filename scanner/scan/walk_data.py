@@ -74,6 +74,16 @@ class WalkStats:
 VerifierFor = Callable[[int], "DigestVerifier | None"]
 
 
+def counting(stats: WalkStats, pace: Callable[[int], object] | None) -> Callable[[int], None]:
+    """A pace callback that counts the bytes walked into ``stats`` and passes them on to ``pace``."""
+    def counted(n: int) -> None:
+        stats.bytes_scanned += n
+        if pace is not None:
+            pace(n)
+
+    return counted
+
+
 def not_a_record_start(pos: int, ledger_id: int, entry_id: int) -> IndexedRecordFault:
     return IndexedRecordFault(pos, ledger_id, entry_id, True, f"location pos {pos} is not the start of a record")
 
