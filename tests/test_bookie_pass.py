@@ -8,9 +8,12 @@ import shutil
 import struct
 from pathlib import Path
 
+import pytest
+
 from corpus import CORPUS
 from scanner.metadata.snapshot import SnapshotStore
 from scanner.scan.full_pass import BookiePass
+from scanner.scan.native import WALKER_VARIABLE
 from scanner.storage.bookie import open_bookie
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
@@ -72,6 +75,38 @@ def test_a_log_deleted_under_the_walk_is_walked_to_its_end(tmp_path):
         assert full.walk(log_file, checkpoint=checkpoint, pace_interval=4096) == []
         assert gone and not full.changed and full.totals.entries_verified > 100
         full.storage.close()
+
+
+@pytest.mark.parametrize("walker", ["native", "python"])
+def test_each_checkpoint_comes_before_the_pacer_holds_the_walk(tmp_path, monkeypatch, walker):
+    # bookie1's 0.log holds records of 85 KB: at a 62.5 KB interval the walk pays 131 KB at once, half a
+    # second at 250 kB/s. A restart during that wait must resume past those bytes, so the checkpoint comes first.
+    monkeypatch.setenv(WALKER_VARIABLE, walker)
+    layout = _copy(tmp_path, "bookie1")
+    events = []
+
+    class RecordingPacer:
+        def take_bytes(self, n):
+            events.append(("paid", n))
+
+        def take_entries(self, n):
+            pass
+
+    def checkpoint(offset, findings):
+        events.append(("checkpoint", offset))
+        return False
+
+    with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
+        full.read_index()
+        log_file = full.log_files[0]
+        full.pacer = RecordingPacer()
+        full.walk(log_file, checkpoint=checkpoint, pace_interval=62_500)
+        full.storage.close()
+    offsets = [value for kind, value in events if kind == "checkpoint"]
+    paid = [value for kind, value in events if kind == "paid"]
+    assert offsets[:3] == [132_073, 254_562, 317_239]
+    assert events == [event for pair in zip(offsets, paid) for event in (("checkpoint", pair[0]), ("paid", pair[1]))]
+    assert paid == [after - before for before, after in zip([1024, *offsets], offsets)]
 
 
 def _journal_record(ledger_id: int, entry_id: int) -> bytes:

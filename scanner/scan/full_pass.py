@@ -262,13 +262,16 @@ class BookiePass:
             reached = first
 
             def pace(n: int) -> None:
+                # The checkpoint first: what lies before ``reached`` is judged already, so a restart need not walk
+                # it again, however long the pacer then holds the walk (a record longer than the pace interval
+                # is paid for whole, several seconds on a slow pass).
                 nonlocal reached
-                self.pacer.take_bytes(n)
                 reached += n
                 if progress:
                     progress.advance(n)
                 if checkpoint is not None and checkpoint(reached, self._settle(state, final=False)):
                     raise Stopped
+                self.pacer.take_bytes(n)
 
             self._walk_records(state, pace, pace_interval)
             if entry_log.changed_since_open():
