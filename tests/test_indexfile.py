@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import struct
+from array import array
 from pathlib import Path, PurePosixPath
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scanner.storage.entry import master_key
 from scanner.storage.indexfile import (
@@ -23,7 +26,7 @@ from scanner.storage.indexfile import (
     index_files,
     indexed_ledger_ids,
 )
-from scanner.storage.location import EntryLocation
+from scanner.storage.location import EntryLocation, nonzero_slots
 
 KEY = master_key(b"secret")
 PAGE = 8192
@@ -250,3 +253,14 @@ def test_a_file_gone_before_it_could_be_opened_ahead_is_handed_out_without_one(t
     ahead = list(fetched_ahead([(5, str(path)), (6, str(tmp_path / "0" / "6" / "6.idx"))]))
     assert [(ledger_id, guest is None) for ledger_id, _, guest in ahead] == [(5, False), (6, True)]
     IndexFile(path, ahead[0][2]).close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(slots=st.one_of(st.lists(st.integers(0, 2**64 - 1), max_size=40),
+                       st.integers(1, 1500).flatmap(lambda n: st.lists(st.sampled_from([0, 1, 2**64 - 1]),
+                                                                       min_size=n, max_size=n))),
+       first=st.integers(0, 2**40))
+def test_the_used_slots_of_a_page_are_its_entries_whatever_their_number(slots, first):
+    # Every slot used, a few slots (sifted by iterators) and many slots (sifted by pyarrow).
+    entry_ids, values = nonzero_slots(array("Q", slots), first)
+    assert list(zip(entry_ids, values)) == [(first + i, raw) for i, raw in enumerate(slots) if raw]

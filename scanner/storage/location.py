@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from itertools import compress
 
 _ARROW_TYPES = {"Q": "uint64", "I": "uint32", "B": "uint8"}  # array typecodes of the unsigned ints used here
 
@@ -31,9 +32,8 @@ def nonzero_slots(slots: array, first_entry_id: int) -> tuple[array, array]:
     found = array("Q", filter(None, slots))
     if len(found) == len(slots):  # most ledgers: every slot used (the empty ones at the end are cut off already)
         return array("Q", range(first_entry_id, first_entry_id + len(slots))), found
-    if len(slots) < _VECTOR_THRESHOLD:
-        ids = array("Q", [first_entry_id + i for i, raw in enumerate(slots) if raw])
-        return ids, array("Q", [raw for raw in slots if raw])
+    if len(slots) < _VECTOR_THRESHOLD:  # sifted by the interpreter's own iterators, without a Python loop
+        return array("Q", compress(range(first_entry_id, first_entry_id + len(slots)), slots)), found
     import pyarrow as pa
     import pyarrow.compute as pc
 
