@@ -1,10 +1,16 @@
 """The cluster audit (BP-34) on Spark: every bookie's exported listing joined with every ledger's metadata.
 
-The driver reads the metadata store: ledger znodes lazily, in pipelined batches, shipped to Spark batch
-by batch; the bookie registry; the under-replication marks. The exports are grouped by ledger and
-joined to the metadata (full outer: a listing without metadata is an orphan); ``judging.judge_ledger``
-runs on the executors. Before a violation is reported, the driver re-reads its ledger's metadata and
-judges again any ledger whose metadata changed meanwhile, as BP-34 asks.
+The driver reads only what is small: the bookie registry, the under-replication marks, and the ledger
+tree's intermediate levels. The ledger znodes are read on the executors into one DataFrame
+(``metadata_source``), each ledger prepared there: a closed ledger without placement or availability
+trouble comes with the listing every bookie must have exported for it to be clean.
+
+Judging is then done in bulk: Spark compares those listings with the exported ones, byte for byte, in
+one join on (ledger, bookie). Only the ledgers that comparison cannot clear (a listing that differs or is
+missing or damaged, an open ledger, a listing without metadata, a placement or availability violation)
+are judged in Python, one ledger at a time, by ``judging.judge_ledger``. Before a violation is
+reported, the driver re-reads its ledger's metadata and judges again any ledger whose metadata changed
+meanwhile, as BP-34 asks.
 
 Runnable by spark-submit (it is the ``audit`` command):
     spark-submit --master yarn --py-files bookie-scanner.zip scanner/audit/job.py --exports DIR ...
@@ -22,13 +28,14 @@ from itertools import islice
 
 from scanner.audit.contract import DEFAULT_MIN_RACKS, Category, Violation, long_under_replicated
 from scanner.audit.export import export_schema
+from scanner.audit.metadata_source import ledger_frame
 from scanner.audit.judging import (AuditContext, BookieListing, LedgerNode, LedgerOutcome, Status, judge_ledger,
                                    violation_row, violation_schema)
 from scanner.metadata.ledger_paths import ledger_path
 from scanner.metadata.store import MetadataStore, MetadataUnavailable
 from scanner.repair.marks import DamagedMark, decode_mark, underreplication_path
 
-METADATA_BATCH = 10_000  # ledger znodes read (pipelined) and handed to Spark at a time
+METADATA_BATCH = 10_000  # violating ledgers' znodes read again (pipelined) at a time
 DEFAULT_MAX_UNDER_REPLICATED_MS = 24 * 3600 * 1000
 _MARK_LEAF = re.compile(r"urL(\d+)")
 EXPORT_PARTITION = "bookie_id="  # the directories `bookie-scanner export` writes a bookie's rows into
@@ -84,7 +91,6 @@ class AuditResult:
 
 def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOptions, now_ms: int) -> AuditResult:
     """Audit the cluster ``store`` describes against the exports under ``exports_path``."""
-    from pyspark.sql import functions as F
     from pyspark.storagelevel import StorageLevel
 
     exports = _read_exports(spark, exports_path)
@@ -95,27 +101,30 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
     registry = store.bookies()
     registered = registry.writable | registry.readonly
     marks = marked_ledgers(store)
-    context = AuditContext(frozenset(registered), frozenset(exported), frozenset(marks), options.racks,
-                           options.min_racks)
-    listings = exports.groupBy("ledger_id").agg(
-        F.collect_list(F.struct("bookie_id", "entries", "damaged")).alias("listings"))
-    metadata = spark.createDataFrame(_metadata_rdd(spark, store, options.metadata_batch), _metadata_schema())
-    joined = metadata.join(listings, "ledger_id", "full_outer")
-    outcomes = joined.rdd.mapPartitions(functools.partial(_judge_rows, spark.sparkContext.broadcast(context)))
-    outcomes.persist(StorageLevel.MEMORY_AND_DISK)
+    context = spark.sparkContext.broadcast(AuditContext(frozenset(registered), frozenset(exported),
+                                                        frozenset(marks), options.racks, options.min_racks))
+    ledgers = ledger_frame(spark, store, context).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        statuses = outcomes.map(lambda outcome: outcome.status.value).countByValue()
-        replaced = _rejudge_changed(store, exports, outcomes, context, options.metadata_batch)
-        problems = outcomes.flatMap(lambda outcome: outcome.problems).take(100)
-        kept = outcomes.filter(functools.partial(_not_in, spark.sparkContext.broadcast(frozenset(replaced))))
-        driver_side = [*(v for outcome in replaced.values() for v in outcome.violations),
-                       *long_under_replicated(marks, now_ms, options.max_under_replicated_ms)]
-        rows = kept.flatMap(lambda outcome: map(violation_row, outcome.violations)).union(
-            spark.sparkContext.parallelize([violation_row(v) for v in driver_side], 1))
-        violations = spark.createDataFrame(rows, violation_schema()).persist(StorageLevel.MEMORY_AND_DISK)
-        found = dict(violations.groupBy("category").count().collect())
+        statuses = dict(ledgers.groupBy("status").count().collect())
+        outcomes = _judge_in_full(ledgers, exports, _uncleared(ledgers, exports), context)
+        outcomes.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            for status, count in outcomes.filter(lambda outcome: outcome.mzxid is None).map(
+                    lambda outcome: outcome.status.value).countByValue().items():
+                statuses[status] = statuses.get(status, 0) + count  # listings without metadata
+            replaced = _rejudge_changed(store, exports, outcomes, context.value, options.metadata_batch)
+            problems = outcomes.flatMap(lambda outcome: outcome.problems).take(100)
+            kept = outcomes.filter(functools.partial(_not_in, spark.sparkContext.broadcast(frozenset(replaced))))
+            driver_side = [*(v for outcome in replaced.values() for v in outcome.violations),
+                           *long_under_replicated(marks, now_ms, options.max_under_replicated_ms)]
+            rows = kept.flatMap(lambda outcome: map(violation_row, outcome.violations)).union(
+                spark.sparkContext.parallelize([violation_row(v) for v in driver_side], 1))
+            violations = spark.createDataFrame(rows, violation_schema()).persist(StorageLevel.MEMORY_AND_DISK)
+            found = dict(violations.groupBy("category").count().collect())
+        finally:
+            outcomes.unpersist()
     finally:
-        outcomes.unpersist()
+        ledgers.unpersist()
     return AuditResult(
         violations=violations,
         ledgers_checked=statuses.get(Status.JUDGED.value, 0),
@@ -126,6 +135,38 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
         rejudged=len(replaced),
         problems=problems,
     )
+
+
+def _uncleared(ledgers, exports):
+    """Ids of the ledgers to judge in full: every bookie's listing compared, in one join, with the clean listing.
+
+    A ledger is cleared when it has clean listings and every (ledger, bookie) pair matches: the bookie
+    exported exactly those bytes, with nothing damaged and its index read. Anything else (a listing that
+    differs, is missing or damaged, a listing of a bookie outside the ensembles or of a ledger without
+    metadata) leaves its ledger uncleared, as do the judged ledgers without clean listings.
+    """
+    from pyspark.sql import functions as F
+
+    wanted = ledgers.where(F.col("clean_listings").isNotNull()).select(
+        "ledger_id", F.explode("clean_listings").alias("listing")).select("ledger_id", "listing.*")
+    listed = exports.select("ledger_id", "bookie_id", "entries", "damaged_count", "index_problem")
+    pairs = wanted.join(listed, ["ledger_id", "bookie_id"], "full_outer")
+    differing = pairs.where(F.col("want").isNull() | F.col("entries").isNull() | (F.col("want") != F.col("entries"))
+                            | (F.col("damaged_count") != 0) | F.col("index_problem").isNotNull()).select("ledger_id")
+    unprepared = ledgers.where(F.col("clean_listings").isNull() & (F.col("status") == Status.JUDGED.value))
+    return differing.union(unprepared.select("ledger_id")).distinct()
+
+
+def _judge_in_full(ledgers, exports, ledger_ids, context):
+    """``judge_ledger`` on the executors for ``ledger_ids`` (those with metadata that was not judged are left out)."""
+    from pyspark.sql import functions as F
+
+    listings = exports.join(ledger_ids, "ledger_id", "left_semi").groupBy("ledger_id").agg(
+        F.collect_list(F.struct("bookie_id", "entries", "damaged")).alias("listings"))
+    nodes = ledgers.select("ledger_id", "path", "data", "ctime", "mzxid", "status")
+    judged = ledger_ids.join(nodes, "ledger_id", "left").where(
+        F.col("status").isNull() | (F.col("status") == Status.JUDGED.value))
+    return judged.join(listings, "ledger_id", "left").rdd.mapPartitions(functools.partial(_judge_rows, context))
 
 
 def _read_exports(spark, exports_path: str):
@@ -166,27 +207,6 @@ def export_dirs(spark, exports_path: str) -> list[str]:
     return sorted(per_bookie)
 
 
-def _metadata_schema():
-    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
-
-    return StructType([
-        StructField("ledger_id", LongType(), False),
-        StructField("path", StringType(), False),
-        StructField("data", BinaryType(), False),
-        StructField("ctime", LongType(), True),
-        StructField("mzxid", LongType(), False),
-    ])
-
-
-def _metadata_rdd(spark, store: MetadataStore, batch_size: int):
-    """Every ledger znode as (ledger_id, path, data, ctime, mzxid); only one batch is in Python at a time."""
-    context = spark.sparkContext
-    batches = [context.parallelize([(ledger_id, node.path, node.data, node.ctime, node.mzxid)
-                                    for ledger_id, node in batch], 1)
-               for batch in ledger_node_batches(store, store.ledger_ids(), batch_size)]
-    return context.union(batches) if batches else context.emptyRDD()
-
-
 def ledger_node_batches(store: MetadataStore, ledger_ids: Iterable[int],
                         batch_size: int = METADATA_BATCH) -> Iterator[list[tuple[int, LedgerNode]]]:
     """The metadata znodes of ``ledger_ids`` (those that exist), ``batch_size`` ids at a time, pipelined on ZooKeeper."""
@@ -196,26 +216,9 @@ def ledger_node_batches(store: MetadataStore, ledger_ids: Iterable[int],
 
 
 def _read_nodes(store: MetadataStore, ledger_ids: list[int]) -> list[tuple[int, LedgerNode]]:
-    from scanner.metadata.zookeeper import ZooKeeperStore
-
-    paths = [(ledger_id, ledger_path(store.manager, store.root, ledger_id)) for ledger_id in ledger_ids]
-    if not isinstance(store, ZooKeeperStore):
-        found = [(ledger_id, store.node(path)) for ledger_id, path in paths]
-        return [(ledger_id, LedgerNode(node.path, node.data or b"", node.ctime, node.mzxid))
-                for ledger_id, node in found if node is not None]
-    from kazoo.exceptions import KazooException, NoNodeError
-
-    pending = [(ledger_id, path, store.client.get_async(path)) for ledger_id, path in paths]
-    nodes = []
-    for ledger_id, path, result in pending:
-        try:
-            data, stat = result.get()
-        except NoNodeError:
-            continue  # deleted since it was listed
-        except KazooException as exc:
-            raise MetadataUnavailable(f"ZooKeeper {store.hosts}: reading {path} failed: {type(exc).__name__}") from None
-        nodes.append((ledger_id, LedgerNode(path, data or b"", stat.ctime, stat.mzxid)))
-    return nodes
+    paths = [ledger_path(store.manager, store.root, ledger_id) for ledger_id in ledger_ids]
+    return [(ledger_id, LedgerNode(node.path, node.data or b"", node.ctime, node.mzxid))
+            for ledger_id, node in zip(ledger_ids, store.nodes(paths)) if node is not None]
 
 
 def marked_ledgers(store: MetadataStore) -> dict[int, int | None]:
