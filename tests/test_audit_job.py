@@ -11,6 +11,7 @@ from audit_exports import DUMP, DUMP_LIVE, clean_exports, damaged_exports  # noq
 from corpus import bookie_id, corruption_report, deleted_ledgers, manifest
 from scanner.cli import main
 from scanner.metadata.snapshot import SnapshotStore
+from scanner.metadata.zookeeper import ZooKeeperStore
 from scanner.repair.marks import UnderreplicationMarks
 from spark_session import spark  # noqa: F401 (fixture)
 
@@ -213,26 +214,27 @@ def test_missing_exports_and_missing_java_exit_2(spark, tmp_path, capsys, monkey
     assert "nowhere: no such directory" in err[0] and "no bookie exports" in err[1] and "Java" in err[2]
 
 
-class LedgerDeletedDuringTheAudit(SnapshotStore):
-    """The corpus dump, in which ledger 46 is deleted right after the executors read it: the driver, reading
+class LedgerDeletedDuringTheAudit(ZooKeeperStore):
+    """A real ZooKeeper in which ledger 46 is deleted right after the executors read it: the driver, reading
     the violating ledgers again, finds it gone."""
 
-    def __init__(self, path):
-        super().__init__(path)
+    def __init__(self, hosts, root):
+        super().__init__(hosts, root)
         self.reads_of_46 = 0
 
     def nodes(self, paths):
-        found = super().nodes(paths)
-        if "/ledgers/00/0000/L0046" in paths:
+        ledger_46 = f"{self.root}/00/0000/L0046"
+        if ledger_46 in paths:
             self.reads_of_46 += 1
-            return [None if path == "/ledgers/00/0000/L0046" else node for path, node in zip(paths, found)]
-        return found
+            self.client.delete(ledger_46)
+        return super().nodes(paths)
 
 
-def test_a_violation_is_judged_again_when_its_metadata_changed(spark, clean_exports):
+def test_a_violation_is_judged_again_when_its_metadata_changed(spark, clean_exports, zookeeper, zk_load_dump):
     from scanner.audit.job import AuditOptions, run_audit
 
-    with LedgerDeletedDuringTheAudit(DUMP) as store:
+    chroot = zk_load_dump(DUMP)
+    with LedgerDeletedDuringTheAudit(zookeeper.connect_string, f"{chroot}/ledgers") as store:
         result = run_audit(spark, store, str(clean_exports), AuditOptions(), now_ms=0)
         try:
             found = [(v.category.value, v.ledger_id) for v in result.sorted_violations()]

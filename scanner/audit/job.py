@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from scanner.audit.contract import DEFAULT_MIN_RACKS, Category, Violation, long_under_replicated
+from scanner.audit.dump_frame import DumpFrameStore
 from scanner.audit.export import export_schema
 from scanner.audit.metadata_source import ledger_frame
 from scanner.audit.judging import (AuditContext, BookieListing, LedgerNode, LedgerOutcome, Status, judge_ledger,
@@ -264,8 +265,14 @@ def _not_in(excluded_broadcast, outcome: LedgerOutcome) -> bool:
 
 def _rejudge_changed(store: MetadataStore, exports, outcomes, context: AuditContext,
                      batch_size: int) -> dict[int, LedgerOutcome]:
-    """New outcomes for the violating ledgers whose metadata changed since it was read (BP-34: no false alarms)."""
+    """New outcomes for the violating ledgers whose metadata changed since it was read (BP-34: no false alarms).
+
+    A dump is a snapshot: nothing in it changes during the audit.
+    """
     from pyspark.sql import functions as F
+
+    if isinstance(store, DumpFrameStore):
+        return {}
 
     judged_with = dict(outcomes.filter(lambda outcome: bool(outcome.violations))
                        .map(lambda outcome: (outcome.ledger_id, outcome.mzxid)).collect())

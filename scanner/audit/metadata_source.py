@@ -3,8 +3,8 @@
 ZooKeeper: the driver lists only the ledger tree's intermediate levels (the hierarchical managers' 2-4-4
 tree has a parent per 10,000 ledger ids); each Spark task reads a share of those parents, in ledger-id
 order, with a kazoo client of its own: a parent's children in one request, their data in ``multiRead``
-batches. A dump (``file:``): Spark's JSON reader parses it on an executor, and the znodes under the
-ledgers root that are ledgers are kept. So the read scales with executors and the driver holds no znode.
+batches. A dump (``file:``): Spark parses it (``dump_frame``) and the ledger znodes are spread over the
+executors. So the read scales with executors and the driver holds no ledger znode.
 
 In the same task each znode is prepared by ``judging.clean_listings``: the frame's rows are the znode
 (ledger_id, path, data, ctime, mzxid), the ledger's status and, when listings alone can clear it, the
@@ -16,11 +16,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
+from scanner.audit.dump_frame import DumpFrameStore
 from scanner.audit.judging import AuditContext, LedgerNode, clean_listings
 from scanner.metadata.ledger_paths import LedgerManager, leaf_parents, ledger_id_from_path
 from scanner.metadata.store import MetadataStore, MetadataUnavailable
+from scanner.metadata.zookeeper import ZooKeeperStore
 
 READ_BATCH = 500  # znodes a multiRead asks for: a few hundred KiB of answer, well below ZooKeeper's 1 MiB limit
 IN_FLIGHT = 8  # multiRead requests a task keeps sent before it awaits the first answer
@@ -38,38 +39,25 @@ class ZooKeeperSource:
     manager: LedgerManager
 
 
-@dataclass(frozen=True, slots=True)
-class DumpSource:
-    """A dump file every executor can read at ``uri`` (a shared filesystem, or one machine)."""
-
-    uri: str
-    root: str
-    manager: LedgerManager
-
-
-def metadata_source(store: MetadataStore) -> ZooKeeperSource | DumpSource:
-    """Where the executors read the metadata ``store`` reads (a ZooKeeper ensemble or a dump file)."""
-    from scanner.metadata.snapshot import SnapshotStore
-    from scanner.metadata.zookeeper import ZooKeeperStore
-
-    if isinstance(store, ZooKeeperStore):
-        client = store.client
-        return ZooKeeperSource(store.hosts, client.chroot or "", tuple(sorted(client.auth_data)), store.root,
-                               store.manager)
-    if isinstance(store, SnapshotStore):
-        return DumpSource(Path(store.dump_path).resolve().as_uri(), store.root, store.manager)
-    raise TypeError(f"the audit reads ZooKeeper or a dump, not {type(store).__name__}")
+def zookeeper_source(store: ZooKeeperStore) -> ZooKeeperSource:
+    """Where the executors read the ledgers ``store`` reads, each with a client of its own."""
+    client = store.client
+    return ZooKeeperSource(store.hosts, client.chroot or "", tuple(sorted(client.auth_data)), store.root,
+                           store.manager)
 
 
 def ledger_frame(spark, store: MetadataStore, context_broadcast):
     """Every ledger of ``store``, prepared for judging, as a DataFrame of ``ledger_schema``, read on the executors."""
-    source = metadata_source(store)
-    if isinstance(source, DumpSource):
-        rows = _dump_rows(spark, source).mapPartitions(functools.partial(_dump_ledgers, source.manager, source.root))
+    tasks = spark.sparkContext.defaultParallelism * TASKS_PER_CORE
+    if isinstance(store, DumpFrameStore):
+        rows = store.ledger_rows().repartition(tasks).rdd.mapPartitions(
+            functools.partial(_dump_ledgers, store.manager, store.root))
+    elif isinstance(store, ZooKeeperStore):
+        parents = list(leaf_parents(store.manager, store.root, store.children))
+        rows = spark.sparkContext.parallelize(parents, max(1, min(len(parents), tasks))).mapPartitions(
+            functools.partial(zookeeper_nodes, zookeeper_source(store)))
     else:
-        parents = list(leaf_parents(source.manager, source.root, store.children))
-        tasks = max(1, min(len(parents), spark.sparkContext.defaultParallelism * TASKS_PER_CORE))
-        rows = spark.sparkContext.parallelize(parents, tasks).mapPartitions(functools.partial(zookeeper_nodes, source))
+        raise TypeError(f"the audit reads ZooKeeper or a dump through Spark, not {type(store).__name__}")
     return spark.createDataFrame(rows.mapPartitions(functools.partial(_prepared, context_broadcast)), ledger_schema())
 
 
@@ -136,25 +124,11 @@ def _answered(batch: list[tuple[int, str]], answer, where: str) -> Iterator[tupl
             yield ledger_id, path, data or b"", stat.ctime, stat.mzxid
 
 
-def _dump_rows(spark, source: DumpSource):
-    """(path, data, ctime, mzxid) of the dump's znodes under the root whose last name looks like a ledger's."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
-
-    schema = StructType([StructField("path", StringType()), StructField("data_b64", StringType()),
-                         StructField("ephemeral", BooleanType()), StructField("mzxid", LongType()),
-                         StructField("version", LongType()), StructField("ctime", LongType())])
-    nodes = (spark.read.schema(schema).option("multiLine", True).option("mode", "FAILFAST").json(source.uri)
-             .where(F.col("path").startswith(source.root + "/") & F.col("path").rlike("/L[0-9]+$")))
-    return nodes.select("path", F.unbase64(F.coalesce("data_b64", F.lit(""))).alias("data"), "ctime",
-                        F.coalesce("mzxid", F.lit(0)).alias("mzxid")).rdd
-
-
 def _dump_ledgers(manager: LedgerManager, root: str, rows) -> Iterator[tuple]:
     for path, data, ctime, mzxid in rows:
         ledger_id = ledger_id_from_path(manager, root, path)
         if ledger_id is not None:
-            yield ledger_id, path, bytes(data), ctime, mzxid
+            yield ledger_id, path, bytes(data or b""), ctime, mzxid
 
 
 def _prepared(context_broadcast, nodes) -> Iterator[tuple]:

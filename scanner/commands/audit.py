@@ -96,7 +96,8 @@ def run(args) -> int:
     from scanner.audit.contract import DEFAULT_MIN_RACKS
     from scanner.audit.job import AuditInputError, AuditOptions, run_audit
     from scanner.audit.spark_session import SparkUnavailable, running_spark
-    from scanner.commands.bookie_args import metadata_store
+    from scanner.commands.bookie_args import metadata_store, metadata_uri
+    from scanner.metadata.uri import dump_path
     from scanner.metadata.store import MetadataUnavailable
 
     if args.marks_per_second < 0:
@@ -106,15 +107,19 @@ def run(args) -> int:
     options = AuditOptions(racks=parse_racks(args.racks) if args.racks else None,
                            min_racks=args.min_racks or DEFAULT_MIN_RACKS,
                            max_under_replicated_ms=parse_duration_ms(args.max_under_replicated_age))
-    store = metadata_store(args)
+    uri = metadata_uri(args)
+    store = None if uri.startswith("file:") else metadata_store(args)  # a dump is read by Spark, below
+    if store is None and not Path(dump_path(uri)).is_file():
+        raise UsageError(f"{dump_path(uri)}: no such dump file")
     spark_log = None if args.verbose else spark_log_path()
     try:
         marks = None
         if args.mark:
             from scanner.repair.after_scan import marks_for
 
-            marks = marks_for(store)  # a usage error before the job, not after
+            marks = marks_for(store)  # a usage error before the job, not after (a dump cannot be marked)
         with running_spark("bookie-scanner audit", args.master, log_path=spark_log) as spark:
+            store = store or _dump_store(spark, uri)
             result = run_audit(spark, store, args.exports, options, now_ms=int(time.time() * 1000))
             try:
                 if args.output:
@@ -136,7 +141,23 @@ def run(args) -> int:
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata unavailable: {exc}") from None
     finally:
-        store.close()
+        if store is not None:
+            store.close()
+
+
+def _dump_store(spark, uri: str):
+    """The dump a ``file:`` URI names, read by Spark (the driver keeps only what is not a ledger)."""
+    from scanner.audit.dump_frame import DumpFrameStore
+    from scanner.metadata.ledger_paths import LayoutError
+    from scanner.metadata.snapshot import DumpFormatError
+    from scanner.metadata.uri import dump_path
+
+    try:
+        return DumpFrameStore(spark, dump_path(uri))
+    except (DumpFormatError, LayoutError) as exc:
+        raise UsageError(str(exc)) from None
+    except Exception as exc:  # Spark's parse errors arrive through py4j
+        raise UsageError(f"cannot read {uri}: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
 
 
 def spark_log_path() -> Path:
