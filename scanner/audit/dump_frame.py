@@ -46,8 +46,10 @@ class DumpFrameStore(MetadataStore):
                              StructField("version", LongType()), StructField("ctime", LongType())])
         if _one_znode_per_line(self.dump_path):
             line = F.regexp_replace(F.trim("value"), ",$", "")
-            nodes = self._spark.read.text(self.uri).where(~line.isin("[", "]", "")).select(
-                F.from_json(line, schema, {"mode": "FAILFAST"}).alias("node")).select("node.*")
+            # a guard Spark cannot reorder (a filter could run after a later filter on the parsed fields)
+            parsed = F.when(~line.isin("[", "]", ""), F.from_json(line, schema, {"mode": "FAILFAST"}))
+            nodes = self._spark.read.text(self.uri).select(parsed.alias("node")).where(
+                F.col("node").isNotNull()).select("node.*")
         else:
             nodes = self._spark.read.schema(schema).option("multiLine", True).option("mode", "FAILFAST").json(self.uri)
         return nodes.select("path", F.unbase64("data_b64").alias("data"), F.coalesce("ephemeral", F.lit(False))

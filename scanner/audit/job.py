@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ class AuditResult:
     counts: dict[str, int]
     not_judged: dict[str, int]
     rejudged: int
+    judged_one_by_one: int  # ledgers the bulk comparison of listings could not clear
     problems: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
@@ -76,6 +78,7 @@ class AuditResult:
             "registered_bookies": list(self.registered_bookies),
             "ledgers_not_judged": self.not_judged,
             "rejudged_after_metadata_change": self.rejudged,
+            "ledgers_judged_one_by_one": self.judged_one_by_one,
             "problems": self.problems,
         }
 
@@ -94,11 +97,7 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
     """Audit the cluster ``store`` describes against the exports under ``exports_path``."""
     from pyspark.storagelevel import StorageLevel
 
-    exports = _read_exports(spark, exports_path)
-    exported = tuple(sorted(row[0] for row in exports.select("bookie_id").distinct().collect()))
-    if not exported:
-        raise AuditInputError(f"{exports_path}: no bookie exports (expected bookie_id=<id>/ partitions "
-                              "written by `bookie-scanner export`)")
+    exports, exported = _read_exports(spark, exports_path)
     registry = store.bookies()
     registered = registry.writable | registry.readonly
     marks = marked_ledgers(store)
@@ -107,12 +106,13 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
     ledgers = ledger_frame(spark, store, context).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         statuses = dict(ledgers.groupBy("status").count().collect())
-        outcomes = _judge_in_full(ledgers, exports, _uncleared(ledgers, exports), context)
+        outcomes = _judged_in_full(ledgers, exports, context)
         outcomes.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            for status, count in outcomes.filter(lambda outcome: outcome.mzxid is None).map(
-                    lambda outcome: outcome.status.value).countByValue().items():
-                statuses[status] = statuses.get(status, 0) + count  # listings without metadata
+            tally = outcomes.map(lambda outcome: (outcome.mzxid is None, outcome.status.value)).countByValue()
+            for (without_metadata, status), count in tally.items():
+                if without_metadata:  # listings of a ledger the metadata does not have
+                    statuses[status] = statuses.get(status, 0) + count
             replaced = _rejudge_changed(store, exports, outcomes, context.value, options.metadata_batch)
             problems = outcomes.flatMap(lambda outcome: outcome.problems).take(100)
             kept = outcomes.filter(functools.partial(_not_in, spark.sparkContext.broadcast(frozenset(replaced))))
@@ -134,58 +134,55 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
         counts={category.value: found.get(category.value, 0) for category in Category},
         not_judged={status.value: statuses.get(status.value, 0) for status in Status if status is not Status.JUDGED},
         rejudged=len(replaced),
+        judged_one_by_one=sum(tally.values()),
         problems=problems,
     )
 
 
-def _uncleared(ledgers, exports):
-    """Ids of the ledgers to judge in full: every bookie's listing compared, in one join, with the clean listing.
+def _judged_in_full(ledgers, exports, context):
+    """``judge_ledger``'s outcomes for the ledgers a comparison of listings cannot clear, judged on the executors.
 
-    A ledger is cleared when it has clean listings and every (ledger, bookie) pair matches: the bookie
-    exported exactly those bytes, with nothing damaged and its index read. Anything else (a listing that
-    differs, is missing or damaged, a listing of a bookie outside the ensembles or of a ledger without
-    metadata) leaves its ledger uncleared, as do the judged ledgers without clean listings.
+    Every ledger's listings are gathered in one join with its metadata. A ledger is cleared when it has
+    clean listings and the listings exported for it are exactly those: the same bookies, the same bytes,
+    nothing damaged, every index read. Anything else (a listing that differs, is missing or damaged, a
+    listing of a bookie outside the ensembles or of a ledger without metadata, a judged ledger without
+    clean listings) is judged in full; ledgers with metadata that is not judged (marked, undecodable) are not.
     """
     from pyspark.sql import functions as F
 
-    wanted = ledgers.where(F.col("clean_listings").isNotNull()).select(
-        "ledger_id", F.explode("clean_listings").alias("listing")).select("ledger_id", "listing.*")
-    listed = exports.select("ledger_id", "bookie_id", "entries", "damaged_count", "index_problem")
-    pairs = wanted.join(listed, ["ledger_id", "bookie_id"], "full_outer")
-    differing = pairs.where(F.col("want").isNull() | F.col("entries").isNull() | (F.col("want") != F.col("entries"))
-                            | (F.col("damaged_count") != 0) | F.col("index_problem").isNotNull()).select("ledger_id")
-    unprepared = ledgers.where(F.col("clean_listings").isNull() & (F.col("status") == Status.JUDGED.value))
-    return differing.union(unprepared.select("ledger_id")).distinct()
-
-
-def _judge_in_full(ledgers, exports, ledger_ids, context):
-    """``judge_ledger`` on the executors for ``ledger_ids`` (those with metadata that was not judged are left out)."""
-    from pyspark.sql import functions as F
-
-    listings = exports.join(ledger_ids, "ledger_id", "left_semi").groupBy("ledger_id").agg(
-        F.collect_list(F.struct("bookie_id", "entries", "damaged")).alias("listings"))
-    nodes = ledgers.select("ledger_id", "path", "data", "ctime", "mzxid", "status")
-    judged = ledger_ids.join(nodes, "ledger_id", "left").where(
-        F.col("status").isNull() | (F.col("status") == Status.JUDGED.value))
-    return judged.join(listings, "ledger_id", "left").rdd.mapPartitions(functools.partial(_judge_rows, context))
+    listings = exports.groupBy("ledger_id").agg(
+        F.collect_list(F.struct("bookie_id", "entries", "damaged")).alias("listings"),
+        F.max((F.col("damaged_count") > 0) | F.col("index_problem").isNotNull()).alias("damage"))
+    joined = ledgers.join(listings, "ledger_id", "full_outer")
+    exported = F.transform("listings", lambda listing: F.struct(listing["bookie_id"].alias("bookie_id"),
+                                                                listing["entries"].alias("want")))
+    nothing_owed = F.col("listings").isNull() & (F.size("clean_listings") == 0)  # e.g. a closed empty ledger
+    cleared = F.col("clean_listings").isNotNull() & (
+        nothing_owed | (~F.col("damage") & (F.array_sort(exported) == F.array_sort("clean_listings"))))
+    judged = F.col("status").isNull() | ((F.col("status") == Status.JUDGED.value) & ~F.coalesce(cleared, F.lit(False)))
+    return joined.where(judged).select("ledger_id", "path", "data", "ctime", "mzxid", "listings").rdd.mapPartitions(
+        functools.partial(_judge_rows, context))
 
 
 def _read_exports(spark, exports_path: str):
-    """Every bookie's listing under ``exports_path``: in ``bookie_id=<id>/`` partitions of that directory
-    (every bookie exporting into one directory), or of its subdirectories (one per bookie)."""
+    """Every bookie's listing under ``exports_path`` and the ids of the bookies that exported: in
+    ``bookie_id=<id>/`` partitions of that directory (every bookie exporting into one directory), or of
+    its subdirectories (one per bookie)."""
     try:
+        directories, bookies = export_dirs(spark, exports_path)
         frames = [spark.read.schema(export_schema()).option("basePath", directory).parquet(directory)
-                  for directory in export_dirs(spark, exports_path)]
+                  for directory in directories]
     except AuditInputError:
         raise
     except Exception as exc:  # AnalysisException and Hadoop's IOExceptions arrive through py4j
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise AuditInputError(f"cannot read exports at {exports_path}: {first_line}") from None
-    return functools.reduce(lambda left, right: left.unionByName(right), frames)
+    return functools.reduce(lambda left, right: left.unionByName(right), frames), bookies
 
 
-def export_dirs(spark, exports_path: str) -> list[str]:
-    """The directories under ``exports_path`` that hold ``bookie_id=<id>/`` partitions (any Hadoop filesystem)."""
+def export_dirs(spark, exports_path: str) -> tuple[list[str], tuple[str, ...]]:
+    """The directories under ``exports_path`` that hold ``bookie_id=<id>/`` partitions (any Hadoop filesystem),
+    and the bookie ids the partitions name."""
     hadoop_fs = spark._jvm.org.apache.hadoop.fs
     root = hadoop_fs.Path(exports_path)
     filesystem = root.getFileSystem(spark._jsc.hadoopConfiguration())
@@ -196,16 +193,17 @@ def export_dirs(spark, exports_path: str) -> list[str]:
         return [status.getPath() for status in filesystem.listStatus(path)
                 if status.isDirectory() and not status.getPath().getName().startswith(("_", "."))]
 
-    def holds_partitions(path) -> bool:
-        return any(child.getName().startswith(EXPORT_PARTITION) for child in subdirs(path))
+    def partitions(path) -> list[str]:
+        return [child.getName() for child in subdirs(path) if child.getName().startswith(EXPORT_PARTITION)]
 
-    if holds_partitions(root):
-        return [exports_path]
-    per_bookie = [child.toString() for child in subdirs(root) if holds_partitions(child)]
-    if not per_bookie:
+    found = {exports_path: partitions(root)}
+    if not found[exports_path]:
+        found = {child.toString(): named for child in subdirs(root) if (named := partitions(child))}
+    if not found:
         raise AuditInputError(f"{exports_path}: no bookie exports; expected {EXPORT_PARTITION}<id>/ directories "
                               f"in it (every bookie exporting into it) or in its subdirectories (one per bookie)")
-    return sorted(per_bookie)
+    bookies = {urllib.parse.unquote(name[len(EXPORT_PARTITION):]) for named in found.values() for name in named}
+    return sorted(found), tuple(sorted(bookies))
 
 
 def ledger_node_batches(store: MetadataStore, ledger_ids: Iterable[int],

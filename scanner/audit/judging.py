@@ -14,7 +14,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from scanner.audit.availability import AvailabilityError, EntryAvailability, SequenceGroup, decode_runs, merge_runs
+from scanner.audit.availability import AvailabilityError, SequenceGroup, decode_runs, encode_runs, merge_runs
 from scanner.audit.contract import (DEFAULT_MIN_RACKS, Category, Violation, ledger_violations, placement_violations,
                                     unavailable_bookies, write_set_runs)
 from scanner.metadata.ledger import MetadataFormatError, parse_ledger_metadata
@@ -109,8 +109,9 @@ def clean_listings(ledger_id: int, node: LedgerNode, context: AuditContext
     for fragment in metadata.fragments():
         for index, bookie in enumerate(fragment.bookies):
             runs.setdefault(bookie, []).extend(write_set_runs(fragment, index))
-    return Status.JUDGED, tuple((bookie, EntryAvailability.from_runs(merge_runs(held)).encode())
-                                for bookie, held in runs.items() if held)
+    encoded: dict[tuple, bytes] = {}  # bookies holding the same entries (write quorum = ensemble) share the bytes
+    return Status.JUDGED, tuple((bookie, encoded.get(key) or encoded.setdefault(key, encode_runs(key)))
+                                for bookie, held in runs.items() if held for key in (merge_runs(held),))
 
 
 def violation_row(violation: Violation) -> tuple:

@@ -191,7 +191,8 @@ def _report(result, repair: dict | None, output_format: str) -> None:
         return
     summary = result.summary()
     print(f"cluster audit: {summary['ledgers_checked']} ledgers checked against {summary['bookies']} exported "
-          f"bookies ({', '.join(summary['exported_bookies'])}); {len(summary['registered_bookies'])} registered")
+          f"bookies ({', '.join(summary['exported_bookies'])}); {len(summary['registered_bookies'])} registered; "
+          f"{summary['ledgers_judged_one_by_one']} judged one by one (the rest cleared in bulk)")
     not_judged = {status: n for status, n in summary["ledgers_not_judged"].items() if n}
     if not_judged:
         print("not judged: " + ", ".join(f"{n} {status}" for status, n in not_judged.items()))
