@@ -18,6 +18,7 @@ from scanner.metadata.snapshot import DumpFormatError, SnapshotStore, write_dump
 from scanner.metadata.store import MetadataStore, ZNode
 
 LEDGER_LEAF = "/L[0-9]+$"  # the last name of a ledger znode, under every ledger manager
+_LEDGER_LINE = '"path" *: *"[^"]*/L[0-9]+"'  # a dump line holding such a znode (base64 data holds no quote)
 
 
 class DumpFrameStore(MetadataStore):
@@ -27,27 +28,32 @@ class DumpFrameStore(MetadataStore):
         self.dump_path = Path(path)
         self.uri = self.dump_path.resolve().as_uri()
         self._spark = spark
-        self._small = _small_store(self._rows().where(~_ledger_leaf()).collect())
+        self._per_line = _one_znode_per_line(self.dump_path)
+        self._small = _small_store(self._rows(ledgers=False).where(~_ledger_leaf()).collect())
         self.root, self.manager = self._small.root, self._small.manager
 
-    def ledger_rows(self):
-        """(path, data, ctime, mzxid) of the dump's znodes under the root that look like ledgers, as a DataFrame."""
+    def ledger_rows(self, partitions: int):
+        """(path, data, ctime, mzxid) of the dump's znodes under the root that look like ledgers, as a DataFrame
+        of at least ``partitions`` partitions when the dump is one JSON document (read by one task)."""
         from pyspark.sql import functions as F
 
-        return self._rows().where(F.col("path").startswith(self.root + "/") & _ledger_leaf()).select(
+        rows = self._rows(ledgers=True).where(F.col("path").startswith(self.root + "/") & _ledger_leaf()).select(
             "path", "data", "ctime", "mzxid")
+        return rows if self._per_line else rows.repartition(partitions)  # lines are split as Spark reads them
 
-    def _rows(self):
+    def _rows(self, ledgers: bool):
+        """The znodes; with one znode per line, only the lines that look like ledgers' (or only the others)."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
         schema = StructType([StructField("path", StringType()), StructField("data_b64", StringType()),
                              StructField("ephemeral", BooleanType()), StructField("mzxid", LongType()),
                              StructField("version", LongType()), StructField("ctime", LongType())])
-        if _one_znode_per_line(self.dump_path):
+        if self._per_line:
             line = F.regexp_replace(F.trim("value"), ",$", "")
+            wanted = line.rlike(_LEDGER_LINE) if ledgers else ~line.rlike(_LEDGER_LINE)  # the other half is not parsed
             # a guard Spark cannot reorder (a filter could run after a later filter on the parsed fields)
-            parsed = F.when(~line.isin("[", "]", ""), F.from_json(line, schema, {"mode": "FAILFAST"}))
+            parsed = F.when(wanted & ~line.isin("[", "]", ""), F.from_json(line, schema, {"mode": "FAILFAST"}))
             nodes = self._spark.read.text(self.uri).select(parsed.alias("node")).where(
                 F.col("node").isNotNull()).select("node.*")
         else:

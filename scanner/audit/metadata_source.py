@@ -50,7 +50,7 @@ def ledger_frame(spark, store: MetadataStore, context_broadcast):
     """Every ledger of ``store``, prepared for judging, as a DataFrame of ``ledger_schema``, read on the executors."""
     tasks = spark.sparkContext.defaultParallelism * TASKS_PER_CORE
     if isinstance(store, DumpFrameStore):
-        rows = store.ledger_rows().repartition(tasks).rdd.mapPartitions(
+        rows = store.ledger_rows(tasks).rdd.mapPartitions(
             functools.partial(_dump_ledgers, store.manager, store.root))
     elif isinstance(store, ZooKeeperStore):
         parents = list(leaf_parents(store.manager, store.root, store.children))
