@@ -7,7 +7,7 @@ import importlib
 import sys
 from typing import NoReturn
 
-from scanner import allocator
+from scanner.scan import allocator
 
 # Each module defines ``register(subparsers)``, which adds its parser and sets ``func`` (args -> exit code).
 # Modules import their heavy dependencies (kazoo, pyspark, rocksdict) inside ``func``, so --help stays fast.
@@ -23,7 +23,7 @@ COMMAND_MODULES = (
     "pause",
     "export",
     "audit",
-    "heal",
+    "repair",
 )
 
 EXIT_USAGE = 2

@@ -21,9 +21,9 @@ from scanner.agent.logtail import LogTail
 from scanner.agent.sdnotify import SystemdNotifier
 from scanner.agent.suspects import (ENTRY_LOG, LEDGER, MAX_FAILED_SCANS, Suspect, SuspectQueue, append_to_inbox,
                                     parse_suspect)
-from scanner.bookie_scan import BookieScanner
 from scanner.metadata.snapshot import SnapshotStore
 from scanner.sample.sample_cluster import build_sample
+from scanner.scan.full_pass import BookiePass
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
 
@@ -284,11 +284,11 @@ def test_an_entry_log_deleted_while_it_is_walked_is_not_a_finding(tmp_path):
     victim = sample.ledger_dir / "current" / "0.log"  # a healthy, finished log
     with open_bookie(layout, work_dir=tmp_path) as storage, SnapshotStore(str(sample.dump)) as store:
         log_file = next(f for f in storage.entry_logs() if f.entry_log_id == 0)
-        with BookieScanner(storage, store, layout.bookie_id, _DeletingPacer(victim)) as scanner:
+        with BookiePass(storage, store, layout.bookie_id, tmp_path, lambda: open_bookie(layout, work_dir=tmp_path),
+                        _DeletingPacer(victim)) as logs:
             offsets = []
-            findings = scanner.scan_entry_log(log_file, checkpoint=lambda offset, found: offsets.append(offset) or False)
+            findings = logs.walk(log_file, checkpoint=lambda offset, found: offsets.append(offset) or False)
             assert findings == [] and not victim.exists()
-            assert offsets and scanner.totals.entries_verified > 0
-            scanner.close()
+            assert offsets and logs.totals.entries_verified > 0
             # Its turn comes again (a resumed cursor): the file is gone, quietly.
-            assert scanner.scan_entry_log(log_file, start=offsets[-1]) == []
+            assert logs.walk(log_file, start=offsets[-1]) == []

@@ -70,7 +70,7 @@ def run(args) -> int:
 
 
 def _scan_now(args, layout, storage):
-    from scanner.bookie_scan import scan_bookie
+    from scanner.scan.on_demand import scan_bookie
     from scanner.metadata.store import MetadataUnavailable
     from scanner.progress import ProgressLine
     from throttle import Pacer
