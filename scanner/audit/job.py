@@ -18,26 +18,26 @@ Runnable by spark-submit (it is the ``audit`` command):
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import re
 import sys
 import urllib.parse
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import islice
 
 from scanner.audit.contract import DEFAULT_MIN_RACKS, Category, Violation, long_under_replicated
-from scanner.audit.dump_frame import DumpFrameStore
 from scanner.audit.export import export_schema
-from scanner.audit.metadata_source import ledger_frame
+from scanner.audit.metadata_source import (READ_BATCH, ZooKeeperSource, connected, ledger_frame, read_nodes,
+                                            zookeeper_source)
 from scanner.audit.judging import (AuditContext, BookieListing, LedgerNode, LedgerOutcome, Status, judge_ledger,
                                    violation_row, violation_schema)
 from scanner.metadata.ledger_paths import ledger_path
-from scanner.metadata.store import MetadataStore, MetadataUnavailable
+from scanner.metadata.store import MetadataStore
+from scanner.metadata.zookeeper import ZooKeeperStore
 from scanner.repair.marks import DamagedMark, decode_mark, underreplication_path
 
-METADATA_BATCH = 10_000  # violating ledgers' znodes read again (pipelined) at a time
 DEFAULT_MAX_UNDER_REPLICATED_MS = 24 * 3600 * 1000
 _MARK_LEAF = re.compile(r"urL(\d+)")
 EXPORT_PARTITION = "bookie_id="  # the directories `bookie-scanner export` writes a bookie's rows into
@@ -52,7 +52,6 @@ class AuditOptions:
     racks: Mapping[str, str] | None = None
     min_racks: int = DEFAULT_MIN_RACKS
     max_under_replicated_ms: int = DEFAULT_MAX_UNDER_REPLICATED_MS
-    metadata_batch: int = METADATA_BATCH
 
 
 @dataclass
@@ -106,20 +105,19 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
     ledgers = ledger_frame(spark, store, context).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         statuses = dict(ledgers.groupBy("status").count().collect())
-        outcomes = _judged_in_full(ledgers, exports, context)
+        source = zookeeper_source(store) if isinstance(store, ZooKeeperStore) else None  # a dump does not change
+        outcomes = _judged_in_full(ledgers, exports, context, source)
         outcomes.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            tally = outcomes.map(lambda outcome: (outcome.mzxid is None, outcome.status.value)).countByValue()
-            for (without_metadata, status), count in tally.items():
+            tally = outcomes.map(
+                lambda outcome: (outcome.mzxid is None, outcome.status.value, outcome.rejudged)).countByValue()
+            for (without_metadata, status, _), count in tally.items():
                 if without_metadata:  # listings of a ledger the metadata does not have
                     statuses[status] = statuses.get(status, 0) + count
-            replaced = _rejudge_changed(store, exports, outcomes, context.value, options.metadata_batch)
             problems = outcomes.flatMap(lambda outcome: outcome.problems).take(100)
-            kept = outcomes.filter(functools.partial(_not_in, spark.sparkContext.broadcast(frozenset(replaced))))
-            driver_side = [*(v for outcome in replaced.values() for v in outcome.violations),
-                           *long_under_replicated(marks, now_ms, options.max_under_replicated_ms)]
-            rows = kept.flatMap(lambda outcome: map(violation_row, outcome.violations)).union(
-                spark.sparkContext.parallelize([violation_row(v) for v in driver_side], 1))
+            aged = [violation_row(v) for v in long_under_replicated(marks, now_ms, options.max_under_replicated_ms)]
+            rows = outcomes.flatMap(lambda outcome: map(violation_row, outcome.violations)).union(
+                spark.sparkContext.parallelize(aged, 1))
             violations = spark.createDataFrame(rows, violation_schema()).persist(StorageLevel.MEMORY_AND_DISK)
             found = dict(violations.groupBy("category").count().collect())
         finally:
@@ -133,13 +131,13 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
         registered_bookies=tuple(sorted(registered)),
         counts={category.value: found.get(category.value, 0) for category in Category},
         not_judged={status.value: statuses.get(status.value, 0) for status in Status if status is not Status.JUDGED},
-        rejudged=len(replaced),
+        rejudged=sum(count for (_, _, rejudged), count in tally.items() if rejudged),
         judged_one_by_one=sum(tally.values()),
         problems=problems,
     )
 
 
-def _judged_in_full(ledgers, exports, context):
+def _judged_in_full(ledgers, exports, context, source):
     """``judge_ledger``'s outcomes for the ledgers a comparison of listings cannot clear, judged on the executors.
 
     Every ledger's listings are gathered in one join with its metadata. A ledger is cleared when it has
@@ -161,7 +159,7 @@ def _judged_in_full(ledgers, exports, context):
         nothing_owed | (~F.col("damage") & (F.array_sort(exported) == F.array_sort("clean_listings"))))
     judged = F.col("status").isNull() | ((F.col("status") == Status.JUDGED.value) & ~F.coalesce(cleared, F.lit(False)))
     return joined.where(judged).select("ledger_id", "path", "data", "ctime", "mzxid", "listings").rdd.mapPartitions(
-        functools.partial(_judge_rows, context))
+        functools.partial(judge_rows, context, source))
 
 
 def _read_exports(spark, exports_path: str):
@@ -206,20 +204,6 @@ def export_dirs(spark, exports_path: str) -> tuple[list[str], tuple[str, ...]]:
     return sorted(found), tuple(sorted(bookies))
 
 
-def ledger_node_batches(store: MetadataStore, ledger_ids: Iterable[int],
-                        batch_size: int = METADATA_BATCH) -> Iterator[list[tuple[int, LedgerNode]]]:
-    """The metadata znodes of ``ledger_ids`` (those that exist), ``batch_size`` ids at a time, pipelined on ZooKeeper."""
-    ids = iter(ledger_ids)
-    while batch := list(islice(ids, batch_size)):
-        yield _read_nodes(store, batch)
-
-
-def _read_nodes(store: MetadataStore, ledger_ids: list[int]) -> list[tuple[int, LedgerNode]]:
-    paths = [ledger_path(store.manager, store.root, ledger_id) for ledger_id in ledger_ids]
-    return [(ledger_id, LedgerNode(node.path, node.data or b"", node.ctime, node.mzxid))
-            for ledger_id, node in zip(ledger_ids, store.nodes(paths)) if node is not None]
-
-
 def marked_ledgers(store: MetadataStore) -> dict[int, int | None]:
     """Ledger id -> mark ctime (ms; None if the mark has none) of every under-replication mark in ``store``.
 
@@ -246,47 +230,45 @@ def marked_ledgers(store: MetadataStore) -> dict[int, int | None]:
     return marks
 
 
-def _judge_rows(context_broadcast, rows) -> Iterator[LedgerOutcome]:
+def judge_rows(context_broadcast, source: ZooKeeperSource | None, rows) -> Iterator[LedgerOutcome]:
+    """``judge_ledger`` on each row (ledger_id, path, data, ctime, mzxid, listings), as the executors run it.
+
+    With ZooKeeper (``source``), a violating ledger's metadata is read again, a batch at a time, and a
+    ledger whose metadata changed since it was first read (or is gone) is judged again on what it is now:
+    BP-34's rule, nothing reported on the word of an earlier read. A dump does not change (None).
+    """
     context = context_broadcast.value
-    for row in rows:
-        node = None if row.data is None else LedgerNode(row.path, bytes(row.data), row.ctime, row.mzxid)
-        yield judge_ledger(row.ledger_id, node, _listings(row.listings or ()), context)
+    with contextlib.ExitStack() as stack:
+        client = None  # connected at the first violation to confirm
+        pending: list[tuple[LedgerOutcome, list[BookieListing]]] = []
+        for row in rows:
+            node = None if row.data is None else LedgerNode(row.path, bytes(row.data), row.ctime, row.mzxid)
+            listings = _listings(row.listings or ())
+            outcome = judge_ledger(row.ledger_id, node, listings, context)
+            if source is None or not outcome.violations:
+                yield outcome
+                continue
+            pending.append((outcome, listings))
+            if len(pending) == READ_BATCH:
+                client = client or stack.enter_context(connected(source))
+                yield from _confirmed(client, source, pending, context)
+                pending = []
+        if pending:
+            client = client or stack.enter_context(connected(source))
+            yield from _confirmed(client, source, pending, context)
+
+
+def _confirmed(client, source: ZooKeeperSource, pending, context) -> Iterator[LedgerOutcome]:
+    paths = [ledger_path(source.manager, source.root, outcome.ledger_id) for outcome, _ in pending]
+    for (outcome, listings), node in zip(pending, read_nodes(client, source, paths)):
+        if (None if node is None else node.mzxid) == outcome.mzxid:
+            yield outcome
+        else:
+            yield dataclasses.replace(judge_ledger(outcome.ledger_id, node, listings, context), rejudged=True)
 
 
 def _listings(rows) -> list[BookieListing]:
     return [BookieListing(row.bookie_id, bytes(row.entries), bytes(row.damaged)) for row in rows]
-
-
-def _not_in(excluded_broadcast, outcome: LedgerOutcome) -> bool:
-    return outcome.ledger_id not in excluded_broadcast.value
-
-
-def _rejudge_changed(store: MetadataStore, exports, outcomes, context: AuditContext,
-                     batch_size: int) -> dict[int, LedgerOutcome]:
-    """New outcomes for the violating ledgers whose metadata changed since it was read (BP-34: no false alarms).
-
-    A dump is a snapshot: nothing in it changes during the audit.
-    """
-    from pyspark.sql import functions as F
-
-    if isinstance(store, DumpFrameStore):
-        return {}
-
-    judged_with = dict(outcomes.filter(lambda outcome: bool(outcome.violations))
-                       .map(lambda outcome: (outcome.ledger_id, outcome.mzxid)).collect())
-    fresh: dict[int, LedgerNode] = {}
-    for batch in ledger_node_batches(store, sorted(judged_with), batch_size):
-        fresh.update(batch)
-    changed = sorted(ledger_id for ledger_id, mzxid in judged_with.items()
-                     if (fresh[ledger_id].mzxid if ledger_id in fresh else None) != mzxid)
-    if not changed:
-        return {}
-    by_ledger: dict[int, list] = defaultdict(list)
-    for row in exports.where(F.col("ledger_id").isin(changed)).select(
-            "ledger_id", "bookie_id", "entries", "damaged").toLocalIterator():
-        by_ledger[row.ledger_id].append(row)
-    return {ledger_id: judge_ledger(ledger_id, fresh.get(ledger_id), _listings(by_ledger[ledger_id]), context)
-            for ledger_id in changed}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,6 +59,7 @@ class LedgerOutcome:
     violations: tuple[Violation, ...] = ()
     mzxid: int | None = None  # of the metadata judged; None for a ledger without metadata
     problems: tuple[str, ...] = ()  # listings that could not be read (counted as holding nothing)
+    rejudged: bool = False  # judged again: the metadata changed after it was first read
 
 
 def judge_ledger(ledger_id: int, node: LedgerNode | None, listings: Iterable[BookieListing],

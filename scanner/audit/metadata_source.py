@@ -13,7 +13,9 @@ listing every bookie must have exported.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -76,52 +78,68 @@ def ledger_schema():
     ])
 
 
-def zookeeper_nodes(source: ZooKeeperSource, parents: Iterable[str]) -> Iterator[tuple]:
-    """(ledger_id, path, data, ctime, mzxid) of every ledger under ``parents``, read with a client of this task's own."""
+@contextlib.contextmanager
+def connected(source: ZooKeeperSource):
+    """A kazoo client of this task's own on ``source``'s ensemble (chroot and credentials applied)."""
     from kazoo.client import KazooClient
-    from kazoo.exceptions import KazooException
-
-    from scanner.audit.multi_read import read_nodes_async
 
     client = KazooClient(hosts=source.hosts + source.chroot, auth_data=list(source.auth) or None, timeout=30)
-    where = f"ZooKeeper {source.hosts}{source.chroot}"
     try:
         client.start(timeout=30)
     except Exception as exc:  # noqa: BLE001 (kazoo's timeout and auth failures have no common base)
-        raise MetadataUnavailable(f"{where}: an executor could not connect: {type(exc).__name__}") from None
+        raise MetadataUnavailable(f"{_where(source)}: an executor could not connect: {type(exc).__name__}") from None
     try:
-        for parent in parents:
-            try:
-                names = sorted(client.get_children(parent))
-            except KazooException as exc:
-                raise MetadataUnavailable(f"{where}: listing {parent} failed: {type(exc).__name__}") from None
-            leaves = [(ledger_id, path) for path in (f"{parent}/{name}" for name in names)
-                      if (ledger_id := ledger_id_from_path(source.manager, source.root, path)) is not None]
-            pending = []
-            for start in range(0, len(leaves), READ_BATCH):
-                batch = leaves[start:start + READ_BATCH]
-                pending.append((batch, read_nodes_async(client, [path for _, path in batch])))
-                if len(pending) >= IN_FLIGHT:
-                    yield from _answered(*pending.pop(0), where)
-            for batch, answer in pending:
-                yield from _answered(batch, answer, where)
+        yield client
     finally:
         client.stop()
         client.close()
 
 
-def _answered(batch: list[tuple[int, str]], answer, where: str) -> Iterator[tuple]:
+def zookeeper_nodes(source: ZooKeeperSource, parents: Iterable[str]) -> Iterator[tuple]:
+    """(ledger_id, path, data, ctime, mzxid) of every ledger under ``parents``, read with a client of this task's own."""
+    from kazoo.exceptions import KazooException
+
+    with connected(source) as client:
+        for parent in parents:
+            try:
+                names = sorted(client.get_children(parent))
+            except KazooException as exc:
+                raise MetadataUnavailable(f"{_where(source)}: listing {parent} failed: {type(exc).__name__}") from None
+            leaves = [(ledger_id, path) for path in (f"{parent}/{name}" for name in names)
+                      if (ledger_id := ledger_id_from_path(source.manager, source.root, path)) is not None]
+            for (ledger_id, path), node in zip(leaves, read_nodes(client, source, [path for _, path in leaves])):
+                if node is not None:  # None: deleted since its parent was listed
+                    yield ledger_id, path, node.data, node.ctime, node.mzxid
+
+
+def read_nodes(client, source: ZooKeeperSource, paths: list[str]) -> Iterator[LedgerNode | None]:
+    """The znodes at ``paths`` (None: no such znode), in order, in ``multiRead`` batches with a few in flight."""
+    from scanner.audit.multi_read import read_nodes_async
+
+    pending: deque = deque()
+    for start in range(0, len(paths), READ_BATCH):
+        batch = paths[start:start + READ_BATCH]
+        pending.append((batch, read_nodes_async(client, batch)))
+        if len(pending) > IN_FLIGHT:
+            yield from _answered(source, *pending.popleft())
+    while pending:
+        yield from _answered(source, *pending.popleft())
+
+
+def _answered(source: ZooKeeperSource, paths: list[str], answer) -> Iterator[LedgerNode | None]:
     from kazoo.exceptions import KazooException
 
     try:
         found = answer.get(timeout=60)
     except KazooException as exc:
-        raise MetadataUnavailable(f"{where}: reading {batch[0][1]} and {len(batch) - 1} more failed: "
+        raise MetadataUnavailable(f"{_where(source)}: reading {paths[0]} and {len(paths) - 1} more failed: "
                                   f"{type(exc).__name__}") from None
-    for (ledger_id, path), node in zip(batch, found):
-        if node is not None:  # None: deleted since its parent was listed
-            data, stat = node
-            yield ledger_id, path, data or b"", stat.ctime, stat.mzxid
+    for path, node in zip(paths, found):
+        yield None if node is None else LedgerNode(path, node[0] or b"", node[1].ctime, node[1].mzxid)
+
+
+def _where(source: ZooKeeperSource) -> str:
+    return f"ZooKeeper {source.hosts}{source.chroot}"
 
 
 def _dump_ledgers(manager: LedgerManager, root: str, rows) -> Iterator[tuple]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_metadata_option
 from scanner.commands.output import add_format_option
-from scanner.envelope import envelope, write_document
+from scanner.envelope import envelope
 
 DESCRIPTION = """\
 Judge every ledger of the cluster against what every bookie exported (`bookie-scanner export`):
@@ -184,10 +186,8 @@ def _write_parquet(violations, output: str) -> None:
 
 def _report(result, repair: dict | None, output_format: str) -> None:
     if output_format == "json":
-        document = {"summary": result.summary(), "violations": [_violation_json(v) for v in result.sorted_violations()]}
-        if repair is not None:
-            document["repair"] = repair
-        write_document(envelope("audit_report", document))
+        document = {"summary": result.summary(), **({"repair": repair} if repair is not None else {})}
+        _write_streamed(envelope("audit_report", document), "violations", map(_violation_json, result.sorted_violations()))
         return
     summary = result.summary()
     print(f"cluster audit: {summary['ledgers_checked']} ledgers checked against {summary['bookies']} exported "
@@ -209,6 +209,15 @@ def _report(result, repair: dict | None, output_format: str) -> None:
             print(f"marks naming {bookie}: marked {section['marked']}, merged {section['merged']}, "
                   f"already marked {section['already_marked']}, disabled {section['disabled']}, "
                   f"failed {section['failed']}")
+
+
+def _write_streamed(document: dict, key: str, items) -> None:
+    """``document`` with ``key``: a list of ``items``, written as they come (the driver never holds the list)."""
+    head = json.dumps(document, indent=2)
+    sys.stdout.write(f'{head[:-2]},\n  "{key}": [')
+    for number, item in enumerate(items):
+        sys.stdout.write(("," if number else "") + "\n    " + json.dumps(item))
+    sys.stdout.write("\n  ]\n}\n")
 
 
 def _group_text(group) -> str:
