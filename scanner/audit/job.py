@@ -9,8 +9,8 @@ Judging is then done in bulk: Spark compares those listings with the exported on
 one join on (ledger, bookie). Only the ledgers that comparison cannot clear (a listing that differs or is
 missing or damaged, an open ledger, a listing without metadata, a placement or availability violation)
 are judged in Python, one ledger at a time, by ``judging.judge_ledger``. Before a violation is
-reported, the driver re-reads its ledger's metadata and judges again any ledger whose metadata changed
-meanwhile, as BP-34 asks.
+reported, the executor that found it reads its ledger's metadata again and judges again a ledger whose
+metadata changed meanwhile, as BP-34 asks. The driver holds nothing per ledger.
 
 Runnable by spark-submit (it is the ``audit`` command):
     spark-submit --master yarn --py-files bookie-scanner.zip scanner/audit/job.py --exports DIR ...
