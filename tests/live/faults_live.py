@@ -45,7 +45,9 @@ class Injected:
     storage: str
     ledgers: dict[str, set[int]] = field(default_factory=dict)
     entries: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (ledger, entry), single-entry kinds
-    # entry log holding damaged records -> (records there by ledger, the ledgers whose records are damaged)
+    # entry log holding a damaged record the bookie can still compact past (a corrupt payload or header) ->
+    # (records there by ledger, the ledgers whose records are damaged). A zeroed page or a cut log is not one:
+    # BookKeeper's compaction fails on it every time (a zeroed page reads as a negative ledger id), and keeps it.
     logs: dict[int, tuple[dict[int, int], set[int]]] = field(default_factory=dict)
     at: float = 0.0  # when the bookie was up again with the damage (time.time()), set by the caller
     # (single-entry kinds prefer a log whose other ledgers hold a fifth of it: deleting them gets it compacted)
@@ -147,7 +149,6 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
                 os.truncate(sealed[log_id], at)
             else:
                 overwrite(sealed[log_id], at, bytes(PAGE))
-            result.logs[log_id] = (records_by_ledger(log_id), {r.ledger_id for r in hit})
             result.ledgers[kind] = {r.ledger_id for r in hit}
             used |= result.ledgers[kind]
             continue
