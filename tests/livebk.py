@@ -304,6 +304,35 @@ class LiveCluster:
         subprocess.run([str(self.kit / "writer.sh"), str(self.run_dir), str(self.zk_port), str(seconds), str(seed)],
                        stdin=subprocess.DEVNULL, check=True, capture_output=True, timeout=60)
 
+    def write_together(self, seconds: int, seeds, timeout: float = 300.0) -> None:
+        """Several of the kit's writers at once (one per seed, each with its own log), waited for: ledgers are
+        written side by side, so each entry log holds records of several, as on a bookie of many clients."""
+        java = shutil.which("java") or "java"
+        writers = []
+        for seed in seeds:
+            with open(self.run_dir / f"writer-{seed}.log", "wb") as log:
+                writers.append(subprocess.Popen(
+                    [java, "-Xmx256m", "-XX:+UseSerialGC", "-Dio.netty.tryReflectionSetAccessible=true",
+                     "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens",
+                     "java.base/jdk.internal.misc=ALL-UNNAMED", "-cp", f"{self.kit / 'lib'}/*", "Writer",
+                     self.metadata_uri, str(seconds), str(seed)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        try:
+            for seed, writer in zip(seeds, writers):
+                writer.wait(timeout=timeout)
+                log = (self.run_dir / f"writer-{seed}.log").read_text(errors="replace")
+                if "DONE" not in log:
+                    raise LiveClusterError(f"the writer of seed {seed} did not finish: {log[-2000:]}")
+        finally:
+            for writer in writers:
+                if writer.poll() is None:
+                    writer.kill()
+                    writer.wait()
+
+    def stop_writer(self) -> None:
+        """End the writer before its time is up (its open ledger stays open, as a crashed client's would)."""
+        _end_process(int((self.run_dir / "writer.pid").read_text()))
+
     def wait_for_writer(self, timeout: float = 300.0) -> str:
         """Wait until the writer has finished; its log. LiveClusterError if it failed or hangs."""
         pid = int((self.run_dir / "writer.pid").read_text())

@@ -44,6 +44,7 @@ def test_the_documented_config_loads_with_every_default(tmp_path):
     assert config.period_seconds == 7 * 86400 and config.pace == "rate"  # BP-24: at the rate, then idle
     assert config.checkpoint_seconds == 30
     assert config.mark is False
+    assert config.rereplicate is True and config.copy_bytes_per_second == 20_000_000  # moves, once marking is on
 
 
 @pytest.mark.parametrize("text, named", [
@@ -54,6 +55,8 @@ def test_the_documented_config_loads_with_every_default(tmp_path):
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nspeed = 3\n", "'speed'"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\npace = 'fast'\n", "pace"),
     ("[bookie\n", "not valid TOML"),
+    # heal in place was replaced by moves: the old key says what to use instead
+    ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nheal = true\n", "rereplicate = true moves"),
 ])
 def test_a_config_mistake_is_one_line_naming_the_key_and_exit_status_2(tmp_path, text, named):
     path = tmp_path / "scanner.toml"

@@ -157,3 +157,14 @@ def test_clearing_a_mark_removes_only_this_bookie_and_then_the_empty_levels(clus
     assert marks.clear(neighbour, ME) and cluster.client.exists(level) is None
     assert cluster.client.exists(f"{cluster.root}/underreplication/ledgers") is not None
     assert marks.clear(neighbour, ME)  # nothing left to clear: fine
+
+
+def test_repairing_a_ledger_no_one_has_is_a_usage_error(capsys, zookeeper, zk_load_dump):
+    from corpus import scan_args
+    from scanner.cli import main
+
+    chroot = zk_load_dump(CORPUS / "zk-dump.json")
+    status = main(["repair", *scan_args("bookie1"), "--metadata", f"zk://{zookeeper.connect_string}{chroot}/ledgers",
+                   "--ledger", "987654321"])
+    err = capsys.readouterr().err
+    assert status == 2 and "neither in this bookie's index nor in the metadata" in err

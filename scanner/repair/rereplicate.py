@@ -125,8 +125,8 @@ class _Stop(Exception):
 class Rereplicator:
     """Moves this bookie's damaged fragments to other bookies through ``store`` (a live ZooKeeper store).
 
-    ``lock_holder`` is what the ledger's lock says while we hold it; ``stopping()`` is polled while
-    copying; ``bytes_per_second`` paces the copying (None: unlimited).
+    ``stopping()`` is polled while copying; ``bytes_per_second`` paces the copying (None: unlimited);
+    ``timeout`` bounds each request to a bookie.
     """
 
     def __init__(self, store, bookie_id: str, *, bytes_per_second: float | None = None, timeout: float = 10.0,

@@ -1,4 +1,4 @@
-"""A whole on-demand scan of one bookie (``scan``, ``export``, ``heal``, ``demo``): a full pass, or only the
+"""A whole on-demand scan of one bookie (``scan``, ``export``, ``repair``, ``demo``): a full pass, or only the
 ledgers (through their index) and entry logs asked for; several ledger dirs side by side in processes."""
 
 from __future__ import annotations
