@@ -10,6 +10,10 @@
 - ``zk_load_dump`` (per test): ``zk_load_dump(dump_path) -> chroot`` loads a dump file (the
   corpus ``zk-dump.json`` format) into a fresh chroot; ``/ledgers`` of the dump is then at
   ``chroot + "/ledgers"``. Ephemeral znodes stay alive until the session's client closes.
+
+Under pytest-xdist (``./dev test`` runs two workers, ``--dist loadgroup``), the tests that start a
+BookKeeper cluster run one after another on one worker, and so do those that start a standalone Spark
+cluster: two of either at once would starve each other of the machine's cores.
 """
 
 from __future__ import annotations
@@ -21,6 +25,16 @@ import pytest
 from zookeeper_server import ZooKeeperServer, ZooKeeperSetupError, load_dump
 
 _chroot_numbers = itertools.count(1)
+
+# Tests that start a whole cluster, by the file that holds them -> the xdist group they run in, in turn.
+_CLUSTER_GROUPS = {"test_livebk.py": "bookkeeper_cluster", "test_audit_cluster.py": "spark_cluster"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        group = "bookkeeper_cluster" if "live" in item.path.parent.parts[-1:] else _CLUSTER_GROUPS.get(item.path.name)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

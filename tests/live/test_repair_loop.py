@@ -133,7 +133,7 @@ def _compact_damaged_logs(cluster, injected, damaged: set[int],
             if damaged_here & deleted:
                 continue  # the damaged copies that made this log worth compacting are gone with their ledger
             others = {l for l in ledgers - damaged_here if l in deleted or store.ledger(l) is not None}
-            if not others or (others & damaged and (waiting or compacted)):
+            if not others or ((others - deleted) & damaged and (waiting or compacted)):
                 continue
             for ledger_id in others - deleted:
                 shell = cluster.shell("deleteledger", "-l", str(ledger_id), "-f")
