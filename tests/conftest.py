@@ -21,6 +21,14 @@ import pytest
 from zookeeper_server import ZooKeeperServer, ZooKeeperSetupError, load_dump
 
 _chroot_numbers = itertools.count(1)
+_SLOW_KINDS = ("live", "spark", "install")  # a cluster, a JVM or a fresh venv: seconds before the first assert
+
+
+def pytest_collection_modifyitems(items):
+    """Every live, spark and install test is slow too, so ``-m "not slow"`` is the fast tier."""
+    for item in items:
+        if any(item.get_closest_marker(kind) for kind in _SLOW_KINDS):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

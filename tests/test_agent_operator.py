@@ -157,6 +157,7 @@ def test_a_busy_listen_port_is_one_line_and_exit_2(tmp_path, sample):
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "in use" in done.stderr
 
 
+@pytest.mark.slow
 def test_bad_bodies_and_ids_are_400_and_change_nothing(tmp_path, running):
     agent = running
     address = agent.address()

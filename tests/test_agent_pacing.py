@@ -8,6 +8,8 @@ import shutil
 import time
 from collections import Counter
 
+import pytest
+
 from corpus import CORPUS, corruption_report, scan, scan_args
 from scanner.agent.schedule import pass_schedule
 from scanner.agent.units import duration_text, rate_text
@@ -20,6 +22,7 @@ DAMAGED_COPY = CORPUS / "corrupted" / "bookie1-corrupted" / "ledgers"
 WEEK = 7 * 86400
 
 
+@pytest.mark.slow
 def test_at_the_configured_rate_every_injected_fault_is_on_health_within_bytes_over_rate_then_it_idles(
         tmp_path, capsys):
     ledgers = tmp_path / "bookie1" / "ledgers"

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from corpus import CORPUS
 from test_agent_service import AgentProcess, wait_for, write_config
 from tree_state import snapshot
@@ -42,6 +44,7 @@ def _corrupt_found(state_dir: Path) -> list[dict]:
     return [v for v in book["known"].values() if v["finding"]["category"] == "corrupt_entry"]
 
 
+@pytest.mark.slow
 def test_restarts_mid_log_never_skip_the_rest_of_it(tmp_path):
     bookie = _bookie_copy(tmp_path)
     before = snapshot(bookie.root)

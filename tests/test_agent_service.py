@@ -16,6 +16,8 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from scanner.agent.suspects import append_to_inbox, Suspect
 from scanner.repair.marks import UnderreplicationMarks
 from scanner.sample.sample_cluster import build_sample
@@ -142,6 +144,7 @@ def findings_by_category(state_dir: Path) -> dict[str, set]:
     return found
 
 
+@pytest.mark.slow
 def test_the_agent_finds_every_injected_fault_marks_once_shows_it_and_never_writes_the_bookie(
         tmp_path, zookeeper, zk_client, zk_load_dump):
     sample = build_sample(tmp_path / "sample")
@@ -194,6 +197,7 @@ def test_the_agent_finds_every_injected_fault_marks_once_shows_it_and_never_writ
     assert snapshot(bookie_dir) == before
 
 
+@pytest.mark.slow
 def test_a_suspect_is_scanned_while_the_pass_waits_on_the_throttle_and_sigterm_keeps_the_place(tmp_path):
     sample = build_sample(tmp_path / "sample")
     # One pass a day, spread evenly: the rate is the floor (1 KiB/s), so the walk of the entry logs (~50 KiB)
@@ -238,6 +242,7 @@ def test_a_suspect_is_scanned_while_the_pass_waits_on_the_throttle_and_sigterm_k
         assert agent.terminate() == 0
 
 
+@pytest.mark.slow
 def test_fifty_kill_minus_nines_lose_no_progress_no_suspect_and_file_no_mark_twice(
         tmp_path, zookeeper, zk_client, zk_load_dump):
     sample = build_sample(tmp_path / "sample")

@@ -21,6 +21,8 @@ from threads import run_in_thread
 from test_agent_service import BOOKIE, DAMAGED_LEDGERS, AgentProcess, wait_for, write_config
 from zookeeper_server import ZooKeeperServer, ZooKeeperSetupError, load_dump
 
+pytestmark = pytest.mark.slow  # a ZooKeeper of its own, stopped and started again
+
 PREFIX = "/outage"
 ROOT = PREFIX + "/ledgers"
 

@@ -17,6 +17,8 @@ import re
 import tempfile
 from collections.abc import Callable
 
+import pytest
+
 from livebk import live_cluster  # noqa: F401  (the fixture)
 from test_agent_service import AgentProcess, wait_for
 from scanner.cli import main
@@ -24,6 +26,8 @@ from scanner.metadata.uri import open_metadata
 from scanner.storage.bookie import open_bookie
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry, parse_header
 from scanner.storage.layout import discover_layout
+
+pytestmark = pytest.mark.live
 
 PAYLOAD_AT = 100  # the byte flipped, counted from the start of the payload
 _HEX_ROW = re.compile(r"^\|[0-9a-f]{8}\|((?: [0-9a-f]{2}){1,16})", re.MULTILINE)

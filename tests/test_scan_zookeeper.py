@@ -38,6 +38,7 @@ def test_each_corpus_bookie_against_zookeeper(capsys, corpus_root, name):
     assert (status_file, timeless(report_file)) == (status, timeless(report))
 
 
+@pytest.mark.slow
 def test_unreachable_zookeeper_is_one_line_and_exit_2(capsys):
     from zookeeper_server import free_port
 

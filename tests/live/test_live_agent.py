@@ -26,6 +26,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from livebk import LiveCluster
 from scanner.metadata.uri import open_metadata
 from scanner.storage.bookie import open_bookie
@@ -33,6 +35,8 @@ from scanner.storage.entrylog import EntryLog
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
 from test_agent_service import AgentProcess, wait_for
+
+pytestmark = pytest.mark.live
 
 SECONDS = int(os.environ.get("LIVE_SECONDS", "45"))
 FLUSHING_SECONDS = 10
