@@ -15,7 +15,7 @@ endpoint or 'bookie-scanner suspect') first. Progress is saved in the state dir;
 Signals: SIGTERM/SIGINT stop at the next record (cursors saved, exit 0); SIGHUP reloads the config.
 Endpoint: GET /health, GET /metrics, POST /suspects, POST /pause, POST /resume.
 Exit status: 0 stopped, 2 configuration error (also: the state dir inside a bookie dir or not
-writable, the listen port busy).
+writable, the listen port busy): restarting does not help; 70 an unexpected error: the unit restarts it.
 """
 
 

@@ -21,7 +21,8 @@ Scan one bookie once, read-only, and report what BP-24 calls the three condition
 plus lost_entry (the index says the entry is here, its record is gone or cut: the most severe),
 damaged_entry_log (file-level damage) and orphan_ledger (informational: data of deleted ledgers).
 
-Exit status: 0 nothing but informational findings, 1 findings, 2 usage/configuration/metadata error.
+Exit status: 0 nothing but informational findings, 1 findings, 2 usage/configuration/metadata error,
+70 unexpected error (a bug), 141 the output's reader went away (broken pipe).
 """
 
 EPILOG = """\
