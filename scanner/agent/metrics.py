@@ -10,7 +10,8 @@ from __future__ import annotations
 import platform
 from importlib import metadata
 
-from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client import (CollectorRegistry, PlatformCollector, ProcessCollector, disable_created_metrics,
+                               generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from scanner.repair.followup import ESCALATIONS, UNREPAIRED
@@ -137,7 +138,12 @@ class _Constant:
 
 
 def agent_registry(health) -> CollectorRegistry:
-    """A registry of the agent's own (not the process-wide default, which tests share) with every metric."""
+    """A registry of the agent's own (not the process-wide default, which tests share) with every metric.
+
+    Counters come without prometheus_client's ``_created`` series: a gauge per counter that only
+    says when the process started, which Prometheus stores as one more series each.
+    """
+    disable_created_metrics()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(health))
     registry.register(_Constant(_build_info()))
