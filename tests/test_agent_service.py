@@ -32,14 +32,15 @@ EXPECTED = {"corrupt_entry": {2}, "missing_ledger": {3}, "missing_entry": {5}, "
 DAMAGED_LEDGERS = {2, 3, 5, 6}
 
 
-AGENT_KEYS = ("state_dir", "listen", "checkpoint_seconds", "period_days", "pace", "suspect_window_minutes",
-              "suspect_limit")
+AGENT_KEYS = ("state_dir", "listen", "checkpoint_seconds", "period_days", "period_jitter", "start_jitter_minutes",
+              "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit")
 
 
 def write_config(tmp_path: Path, sample, uri: str, bookie: dict | None = None, **agent_and_throttle) -> Path:
     """The agent's config for ``sample`` (or the ``bookie`` table given); keys go to [agent], [repair] or [throttle]."""
+    # Passes start at once and repeat exactly: a test waits seconds, not a random part of a period.
     agent = {"state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0", "checkpoint_seconds": 0.2,
-             "period_days": 1.0}
+             "period_days": 1.0, "start_jitter_minutes": 0, "period_jitter": 0}
     throttle = {"disk_backoff": False}
     repair = {"mark": False}
     for key, value in agent_and_throttle.items():
@@ -57,8 +58,8 @@ def write_config(tmp_path: Path, sample, uri: str, bookie: dict | None = None, *
 class AgentProcess:
     """One ``bookie-scanner run`` subprocess; its stderr goes to ``log`` (appended across restarts)."""
 
-    def __init__(self, config: Path, state_dir: Path, log: Path):
-        self.config, self.state_dir, self.log = config, state_dir, log
+    def __init__(self, config: Path, state_dir: Path, log: Path, env: dict[str, str] | None = None):
+        self.config, self.state_dir, self.log, self.env = config, state_dir, log, env or {}
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "AgentProcess":
@@ -68,7 +69,7 @@ class AgentProcess:
         with self.log.open("ab") as err:
             self.process = subprocess.Popen([sys.executable, "-c", MAIN, "run", "--config", str(self.config)],
                                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
-                                            env={**os.environ, "TMPDIR": str(temp)})
+                                            env={**os.environ, "TMPDIR": str(temp), **self.env})
         return self
 
     def address(self) -> str | None:

@@ -21,7 +21,7 @@ def test_an_unexpected_error_is_one_line_and_its_own_exit_status(monkeypatch, ca
         raise RuntimeError("something nobody foresaw\nsecond line")
 
     monkeypatch.setattr(scan_command, "run", bug)
-    assert main(["scan", "--ledger-dirs", "/nonexistent"]) == EXIT_CRASH
+    assert main(["scan", "--full-speed", "--ledger-dirs", "/nonexistent"]) == EXIT_CRASH
     captured = capsys.readouterr()
     assert captured.err == ("bookie-scanner scan: unexpected RuntimeError: something nobody foresaw "
                             "(run with --verbose for the traceback)\n")

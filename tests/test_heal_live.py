@@ -77,7 +77,7 @@ def outcomes(heal_report: dict) -> list[tuple[int, str, str]]:
 
 
 def damaged_in_scan(capsys, bookie, ledger_id: int) -> set[int]:
-    _, report = run_json(capsys, "scan", "--bookie-conf", str(bookie.conf), "--ledger", str(ledger_id))
+    _, report = run_json(capsys, "scan", "--full-speed", "--bookie-conf", str(bookie.conf), "--ledger", str(ledger_id))
     return {e for f in report["findings"] if f["category"] in ("corrupt_entry", "lost_entry")
             for first, last in f["entries"] for e in range(first, last + 1)}
 
@@ -176,7 +176,7 @@ def test_the_agent_heals_local_rot_it_finds_and_counts_it(live_cluster, tmp_path
     state = tmp_path / "state"
     config = tmp_path / "scanner.toml"
     config.write_text(f'[bookie]\nconf = "{bookie1.conf}"\n'
-                      f'[agent]\nstate_dir = "{state}"\nlisten = "127.0.0.1:0"\nperiod_days = 1\n'
+                      f'[agent]\nstate_dir = "{state}"\nlisten = "127.0.0.1:0"\nperiod_days = 1\nstart_jitter_minutes = 0\n'
                       '[throttle]\ndisk_backoff = false\n[repair]\nheal = true\n')
     agent = AgentProcess(config, state, tmp_path / "agent.log").start()
     try:

@@ -55,7 +55,7 @@ def test_cleared_marks_lead_to_unrepaired_then_one_escalation(capsys, zookeeper,
     me = bookie_id("bookie1")
     state_dir, calls = tmp_path / "state", tmp_path / "calls.jsonl"
     (tmp_path / "recorder.py").write_text(RECORDER)
-    status = main(["scan", *scan_args("bookie1", COPY), "--ledger", str(LEDGER), "--mark", "--state-dir",
+    status = main(["scan", "--full-speed", *scan_args("bookie1", COPY), "--ledger", str(LEDGER), "--mark", "--state-dir",
                    str(state_dir), "--metadata", f"zk://{zookeeper.connect_string}{chroot}/ledgers"])
     assert status == 1 and "marked" in capsys.readouterr().out
     marks = UnderreplicationMarks(zk_client, f"{chroot}/ledgers")

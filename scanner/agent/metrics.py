@@ -101,7 +101,8 @@ _SCANNER_METRICS = {
 def _scanner_metrics(scanners: list[dict], bookie: str):
     labels = ("bookie", "ledger_dir")
     families = {key: kind(PREFIX + name, doc, labels=labels) for key, (kind, name, doc) in _SCANNER_METRICS.items()}
-    waiting = GaugeMetricFamily(PREFIX + "waiting", "1 while the pass is done and the next not yet due", labels=labels)
+    waiting = GaugeMetricFamily(PREFIX + "waiting", "1 while the pass is done and the next not yet due, or while pass "
+                                "work waits for its random delay after a start", labels=labels)
     behind = GaugeMetricFamily(PREFIX + "pass_behind_schedule",
                                "1 while the configured rate cannot finish the pass within its period", labels=labels)
     for scanner in scanners:
@@ -109,7 +110,7 @@ def _scanner_metrics(scanners: list[dict], bookie: str):
         for key, family in families.items():
             if scanner[key] is not None:
                 family.add_metric(values, scanner[key])
-        waiting.add_metric(values, 1 if scanner["phase"] == "waiting" else 0)
+        waiting.add_metric(values, 1 if scanner["phase"] in ("waiting", "starting") else 0)
         behind.add_metric(values, 1 if scanner["behind_schedule"] else 0)
     yield from families.values()
     yield waiting

@@ -1,5 +1,10 @@
 """One ledger directory's scanner: suspects first, then its share of a regular pass, under a throttle.
 
+Passes are spread in time so a fleet does not read in step: after each start of the agent, pass work
+waits a random delay of up to ``start_jitter_seconds`` (suspects do not), and each pass starts a
+period times a factor in [1 - period_jitter, 1 + period_jitter] after the one before (the factor is
+drawn per bookie, dir and pass, so a restart keeps it).
+
 A pass (``scanner.bookie_pass``) reads the dir's index once (conditions 1-2 for its ledgers), then
 walks its entry logs in id order, each front to back, verifying every digest and the index's
 locations (condition 3). The cursor is saved every ``checkpoint_seconds`` and whenever the worker
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import threading
 import time
@@ -19,6 +25,8 @@ from typing import Callable
 
 from scanner.agent.cursor import ENTRY_LOGS, LEDGERS, WAITING, Cursor, cursor_path, fresh_cursor, load_cursor, save_cursor
 from scanner.agent.findingbook import FindingBook
+from scanner.agent.liveness import BeatingMetadata, Heartbeat
+from scanner.agent.schedule import jittered_period
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue
 from scanner.bookie_pass import BookiePass, Stopped
 from scanner.bookie_scan import BookieScanner
@@ -37,6 +45,7 @@ MAX_PACE_INTERVAL = 1 << 20
 RETRY_SECONDS = 5.0
 ERROR_RETRY_SECONDS = 60.0
 IDLE_WAIT_SECONDS = 3600.0
+STARTING = "starting"  # the phase shown while pass work waits for the start delay
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,8 @@ class WorkerSettings:
     bytes_per_second: float | None  # the cap; None: unlimited
     entries_per_second: float | None
     spread_evenly: bool = False  # pace a pass over the whole period instead of reading at the cap
+    period_jitter: float = 0.0
+    start_jitter_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +79,8 @@ class WorkerStatus:
     suspects_scanned: int
     error: str | None
     entries_verified: int = 0  # digests checked by the current pass's scanner (it starts again at 0)
+    next_pass_due: float = 0.0  # epoch seconds: when the next pass starts, once this one is done (jitter included)
+    stalled_seconds: float = 0.0  # neither progressing nor idle by design this long (see scanner.agent.liveness)
 
 
 class _Interrupted(Exception):
@@ -75,23 +88,29 @@ class _Interrupted(Exception):
 
 
 class _YieldingPacer:
-    """The pass's pacer, giving way: a take cut short by ``wake``/``stop`` raises when the pass must yield.
+    """A worker's pacer, giving way: a take cut short by ``wake``/``stop`` raises when the pass must yield.
 
     So a suspect, a pause or SIGTERM is served at the next record even in the middle of a ledger;
-    the cursor has not moved past that ledger or record, so nothing is skipped.
+    the cursor has not moved past that ledger or record, so nothing is skipped. Waiting on the
+    throttle is idle by design; each take paid for is progress.
     """
 
-    def __init__(self, pacer: Pacer, must_yield: Callable[[], bool]):
+    def __init__(self, pacer: Pacer, must_yield: Callable[[], bool], heartbeat: Heartbeat):
         self.pacer = pacer
         self.must_yield = must_yield
+        self.heartbeat = heartbeat
 
     def take_bytes(self, n: int) -> bool:
-        if self.pacer.take_bytes(n) and self.must_yield():
+        with self.heartbeat.idle():
+            cut_short = self.pacer.take_bytes(n)
+        if cut_short and self.must_yield():
             raise _Interrupted
         return False
 
     def take_entries(self, n: int) -> bool:
-        if self.pacer.take_entries(n) and self.must_yield():
+        with self.heartbeat.idle():
+            cut_short = self.pacer.take_entries(n)
+        if cut_short and self.must_yield():
             raise _Interrupted
         return False
 
@@ -106,7 +125,8 @@ class LedgerDirWorker:
         self.dir_count = dir_count
         self.settings = settings
         self.ledger_dir = str(settings.layout.ledger_dirs[index])
-        self.metadata = metadata
+        self.heartbeat = Heartbeat()
+        self.metadata = BeatingMetadata(metadata, self.heartbeat)
         self.book = book
         self.suspects = suspects
         self.pass_pacer = pass_pacer
@@ -118,6 +138,7 @@ class LedgerDirWorker:
         self.suspects_scanned = 0
         self.error: str | None = None
         self.last_progress = clock()
+        self._start_after = clock() + random.uniform(0, settings.start_jitter_seconds)  # pass work, not suspects
         self._stopping = threading.Event()
         self._saved_at = clock()
         self._saved: Cursor | None = None
@@ -151,12 +172,31 @@ class LedgerDirWorker:
         eta = None
         if cursor.phase != WAITING and rate:
             eta = max(0, cursor.bytes_total - cursor.bytes_done) / rate
-        return WorkerStatus(self.ledger_dir, "paused" if self.paused() else cursor.phase, cursor.pass_progress,
+        phase = cursor.phase
+        if self.paused():
+            phase = "paused"
+        elif phase != WAITING and self.clock() < self._start_after:
+            phase = STARTING
+        return WorkerStatus(self.ledger_dir, phase, cursor.pass_progress,
                             cursor.passes_completed, eta, rate, cursor.ledgers_done, cursor.ledgers_total,
                             cursor.bytes_done, cursor.bytes_total,
                             cursor.pass_started, cursor.last_pass_finished, self.last_progress,
                             self.suspects_scanned, self.error,
-                            full.totals.entries_verified if (full := self._pass) is not None else 0)
+                            full.totals.entries_verified if (full := self._pass) is not None else 0,
+                            self.next_pass_due(), self.stalled_seconds())
+
+    def next_pass_due(self) -> float:
+        """When the pass after this one starts: a jittered period after this one started, not before the start delay."""
+        cursor = self.cursor
+        period = jittered_period(self.settings.period_seconds, self.settings.period_jitter,
+                                 f"{self.settings.layout.bookie_id}|{self.ledger_dir}|{cursor.passes_completed}")
+        return max(cursor.pass_started + period, self._start_after)
+
+    def stalled_seconds(self) -> float:
+        """How long the thread has made no progress outside a wait by design (a thread that died: forever)."""
+        if not self._thread.is_alive():
+            return 0.0 if self._stopping.is_set() or self._thread.ident is None else float("inf")
+        return self.heartbeat.stalled_for()
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -170,7 +210,7 @@ class LedgerDirWorker:
                     pass
                 except MetadataUnavailable as exc:
                     log.warning("%s: waiting for metadata: %s", self.ledger_dir, exc)
-                    self.pass_pacer.wait(RETRY_SECONDS)
+                    self._wait(RETRY_SECONDS)
                 except Exception as exc:  # a bug or a disk error must not end the agent: report and retry
                     if self._in_state_dir(exc):  # full or read-only: one line, /health names the state dir
                         log.error("%s: state not saved (%s); retrying in %gs", self.ledger_dir, exc,
@@ -180,7 +220,7 @@ class LedgerDirWorker:
                                       ERROR_RETRY_SECONDS)
                     self.error = f"{type(exc).__name__}: {exc}"
                     self._close_pass()
-                    self.pass_pacer.wait(ERROR_RETRY_SECONDS)
+                    self._wait(ERROR_RETRY_SECONDS)
         finally:
             try:
                 self._save()
@@ -190,24 +230,30 @@ class LedgerDirWorker:
             self._close_pass()
 
     def _step(self) -> None:
+        self.heartbeat.beat()
         if self.paused():
-            self.pass_pacer.wait(IDLE_WAIT_SECONDS)
+            self._wait(IDLE_WAIT_SECONDS)
             return
         suspect = self.suspects.take(self.index)
         if suspect is not None:
             self._scan_suspect(suspect)
             return
         cursor = self.cursor
+        due = self.next_pass_due() if cursor.phase == WAITING else self._start_after
+        if self.clock() < due:
+            self._wait(min(due - self.clock(), IDLE_WAIT_SECONDS))
+            return
         if cursor.phase == WAITING:
-            due = cursor.pass_started + self.settings.period_seconds
-            if self.clock() < due:
-                self.pass_pacer.wait(min(due - self.clock(), IDLE_WAIT_SECONDS))
-                return
             self._begin_pass()
         elif cursor.phase == LEDGERS:
             self._ledger_phase()
         else:
             self._entry_log_phase()
+
+    def _wait(self, seconds: float) -> None:
+        """Idle by design until ``seconds`` pass or something wakes the worker."""
+        with self.heartbeat.idle():
+            self.pass_pacer.wait(seconds)
 
     def _interrupted(self) -> bool:
         return self._stopping.is_set() or self.paused() or self.suspects.has_work(self.index)
@@ -217,7 +263,8 @@ class LedgerDirWorker:
     def _scan_suspect(self, suspect: Suspect) -> None:
         try:
             with open_bookie(self.settings.layout, work_dir=self._work_dir()) as storage, \
-                    BookieScanner(storage, self.metadata, self.settings.layout.bookie_id, self.suspect_pacer) as scanner:
+                    BookieScanner(storage, self.metadata, self.settings.layout.bookie_id,
+                                  _YieldingPacer(self.suspect_pacer, lambda: False, self.heartbeat)) as scanner:
                 if suspect.kind == ENTRY_LOG:
                     findings = self._scan_suspect_log(scanner, storage, suspect.id)
                 else:
@@ -289,7 +336,7 @@ class LedgerDirWorker:
         try:
             full = BookiePass(storage, self.metadata, self.settings.layout.bookie_id, self._work_dir(),
                               lambda: open_bookie(self.settings.layout, work_dir=self._work_dir()),
-                              _YieldingPacer(self.pass_pacer, must_yield), dir_index=self.index)
+                              _YieldingPacer(self.pass_pacer, must_yield, self.heartbeat), dir_index=self.index)
             try:
                 full.read_index()
                 full.read_cluster()
@@ -298,7 +345,7 @@ class LedgerDirWorker:
                 raise
         finally:
             storage.close()  # the pass reads the index once; confirmations open a fresh view each time
-        full.pacer = _YieldingPacer(self.pass_pacer, self._interrupted)
+        full.pacer = _YieldingPacer(self.pass_pacer, self._interrupted, self.heartbeat)
         self._pass = full
         return full
 
@@ -345,6 +392,7 @@ class LedgerDirWorker:
     def _advance(self, **changes) -> None:
         self.cursor = self.cursor.advanced(**changes)
         self.last_progress = self.clock()
+        self.heartbeat.beat()
         if self.clock() - self._saved_at >= self.settings.checkpoint_seconds:
             try:
                 self._save()

@@ -76,7 +76,7 @@ def health_text(health: dict) -> str:
 
 
 def _scanner_lines(scanner: dict) -> list[str]:
-    from scanner.agent.units import duration_text, moment_text, rate_text
+    from scanner.units import duration_text, moment_text, rate_text
 
     rate = rate_text(scanner["bytes_per_second"])
     if scanner.get("next_pass_at") is not None:

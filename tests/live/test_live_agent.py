@@ -47,7 +47,7 @@ def _agent_config(tmp_path: Path, bookie, metadata_uri: str) -> Path:
     state = tmp_path / f"state-{bookie.name}"
     text = (f'[bookie]\nconf = "{bookie.conf}"\nlog_files = ["{bookie.log}"]\n'
             f'[metadata]\nuri = "{metadata_uri}"\n'
-            f'[agent]\nstate_dir = "{state}"\nlisten = "127.0.0.1:0"\ncheckpoint_seconds = 1\n'
+            f'[agent]\nstate_dir = "{state}"\nlisten = "127.0.0.1:0"\ncheckpoint_seconds = 1\nstart_jitter_minutes = 0\n'
             f'period_days = {10 / 86400}\n'
             f'[throttle]\nbytes_per_second = 50000000\ndisk_backoff = false\n'
             f'[repair]\nmark = true\n')
