@@ -5,6 +5,8 @@ port, bad request bodies and ids, and logs that stay readable under floods."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import socket
 import stat
@@ -13,6 +15,7 @@ import pytest
 
 from scanner.agent.endpoint import READ_TIMEOUT_SECONDS
 from scanner.agent.lograte import RateLimitedLog
+from scanner.commands.run import log_format
 from scanner.sample.sample_cluster import build_sample
 from test_agent_service import AgentProcess, cli, wait_for, write_config
 from threads import run_in_thread
@@ -201,7 +204,14 @@ def test_pause_resume_reload_and_stop_are_each_one_info_line(tmp_path, running):
     lines = (tmp_path / "agent.err").read_text().splitlines()
     for event in ("scanning paused", "scanning resumed", "configuration reloaded from", "SIGTERM received"):
         said = [line for line in lines if event in line]
-        assert len(said) == 1 and said[0].startswith("INFO "), (event, said)
+        assert len(said) == 1 and re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO ", said[0]), (event, said)
+
+
+def test_log_lines_carry_a_timestamp_unless_stderr_is_the_journal():
+    stderr = os.fstat(2)
+    assert log_format({}).startswith("%(asctime)s ")
+    assert log_format({"JOURNAL_STREAM": f"{stderr.st_dev}:{stderr.st_ino + 1}"}).startswith("%(asctime)s ")
+    assert log_format({"JOURNAL_STREAM": f"{stderr.st_dev}:{stderr.st_ino}"}).startswith("%(levelname)s ")
 
 
 def test_a_flood_of_dropped_suspects_is_a_line_now_and_then_with_a_count(tmp_path, running):

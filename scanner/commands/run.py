@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from scanner.cli import UsageError
@@ -54,13 +55,29 @@ def writable_state_dir(config) -> None:
         raise UsageError(str(exc)) from None
 
 
+def log_format(environ) -> str:
+    """The agent's log line: with a timestamp, unless stderr goes to systemd's journal, which adds its own."""
+    plain = "%(levelname)s %(threadName)s %(name)s: %(message)s"
+    return plain if _stderr_is_the_journal(environ) else "%(asctime)s " + plain
+
+
+def _stderr_is_the_journal(environ) -> bool:
+    """What systemd documents: $JOURNAL_STREAM names the device and inode of the stream it connected."""
+    device, _, inode = environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        stat = os.fstat(2)
+    except OSError:
+        return False
+    return f"{stat.st_dev}:{stat.st_ino}" == f"{device}:{inode}"
+
+
 def run(args) -> int:
     import logging
 
     from scanner.agent.service import Agent, StartupError
 
     config = load(args.config)
-    logging.basicConfig(level=args.log_level, format="%(levelname)s %(threadName)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level, format=log_format(os.environ))
     # kazoo logs every failed reconnect; the agent says once when ZooKeeper is lost and once when it is back.
     logging.getLogger("scanner.metadata.zookeeper.kazoo").setLevel(logging.ERROR)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
