@@ -78,8 +78,9 @@ def run(args) -> int:
 
     config = load(args.config)
     logging.basicConfig(level=args.log_level, format=log_format(os.environ))
-    # kazoo logs every failed reconnect; the agent says once when ZooKeeper is lost and once when it is back.
-    logging.getLogger("scanner.metadata.zookeeper.kazoo").setLevel(logging.ERROR)
+    # kazoo logs every failed reconnect, the store every lost connection (for one-shot commands); the agent
+    # says itself, once, when ZooKeeper is lost and when it is back.
+    logging.getLogger("scanner.metadata.zookeeper").setLevel(logging.ERROR)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         agent = Agent(config)
