@@ -142,7 +142,7 @@ def test_state_files_are_private_and_temp_files_of_interrupted_writes_are_remove
         if agent.process.poll() is None:
             agent.kill()
     files = [p for p in state.iterdir() if p.is_file()]
-    assert {"cursor-0.json", "suspects.json", "findings.json", "paused", "suspects.inbox"} <= {p.name for p in files}
+    assert {"cursor-0.json", "suspects.json", "findings.db", "paused", "suspects.inbox"} <= {p.name for p in files}
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o600 for p in files}
 
 

@@ -3,7 +3,6 @@ that cannot finish a pass within the period is reported with the rate that would
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections import Counter
@@ -14,7 +13,7 @@ from corpus import CORPUS, corruption_report, scan, scan_args
 from scanner.agent.schedule import pass_schedule
 from scanner.units import duration_text, rate_text
 from scanner.sample.sample_cluster import build_sample
-from test_agent_service import AgentProcess, cli, wait_for, write_config
+from test_agent_service import AgentProcess, book_entries, cli, wait_for, write_config
 from tree_state import snapshot
 
 DUMP = CORPUS / "zk-dump.json"
@@ -53,7 +52,7 @@ def test_at_the_configured_rate_every_injected_fault_is_on_health_within_bytes_o
         experiment = next(e for e in corruption_report()["experiments"] if e["copy_dir"].endswith("bookie1-corrupted"))
         faults = {f["kind"]: f for f in experiment["faults"]}
         found = {(item["finding"]["category"], item["finding"]["ledger_id"], item["finding"]["entry_log"])
-                 for item in json.loads((tmp_path / "state" / "findings.json").read_text())["known"].values()}
+                 for item in book_entries(tmp_path / "state")}
         assert ("corrupt_entry", faults["payload_byte_flip"]["ledger_id"], 0) in found
         assert ("damaged_entry_log", None, 1) in found  # the truncated 1.log
         assert ("missing_ledger", faults["index_file_deleted"]["ledger_id"], None) in found

@@ -3,11 +3,13 @@ of our own, with injected faults), metadata in a real ZooKeeper, killed and rest
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -137,10 +139,20 @@ def cli(config: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+def book_entries(state_dir: Path) -> list[dict]:
+    """The agent's open findings as its database holds them: ``{"finding", "first_seen", "last_seen", "to_mark"}``."""
+    path = state_dir / "findings.db"
+    if not path.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        rows = db.execute("SELECT finding, first_seen, last_seen, to_mark FROM findings").fetchall()
+    return [{"finding": json.loads(finding), "first_seen": first, "last_seen": last, "to_mark": bool(to_mark)}
+            for finding, first, last, to_mark in rows]
+
+
 def findings_by_category(state_dir: Path) -> dict[str, set]:
-    known = json.loads((state_dir / "findings.json").read_text())["known"]
     found: dict[str, set] = {}
-    for item in known.values():
+    for item in book_entries(state_dir):
         found.setdefault(item["finding"]["category"], set()).add(item["finding"]["ledger_id"])
     return found
 

@@ -52,10 +52,13 @@ class AgentCollector:
                          int(health["zookeeper_connected"]))
         yield single(GaugeMetricFamily, "state_dir_writable", "0 while the state dir cannot be written (full, read-only)",
                      0 if health["state_dir_problem"] else 1)
-        yield by_label(GaugeMetricFamily, "findings", "Distinct findings known, by category", "category",
+        yield by_label(GaugeMetricFamily, "findings", "Open findings (the damage seen now), by category", "category",
                        health["findings"])
-        yield by_label(CounterMetricFamily, "findings_recorded", "Findings never seen before, recorded since start",
-                       "category", health["findings_new_since_start"])
+        yield by_label(CounterMetricFamily, "findings_recorded", "Findings opened (never seen, or seen again after "
+                       "they ended) since start", "category", health["findings_new_since_start"])
+        yield by_label(CounterMetricFamily, "findings_ended", "Findings ended since start: a later pass, a suspect's "
+                       "scan or the repair follow-up showed the damage gone", "category",
+                       health["findings_ended_since_start"])
         yield single(CounterMetricFamily, "digest_failures",
                      "Stored entries that failed verification (digest mismatch, or a record naming another entry), "
                      "each time a scan finds them", health["corrupt_entries_found"])

@@ -33,6 +33,7 @@ from scanner.units import moment_text, rate_text
 from scanner.agent.workcount import CarriedTotal, MeteredPacer
 from scanner.agent.worker import LedgerDirWorker, WorkerSettings
 from scanner.bookie_scan import BookieScanner
+from scanner.checks.findings import Category
 from scanner.metadata.store import MetadataUnavailable
 from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
 from scanner.statefile import write_problem
@@ -78,7 +79,7 @@ class Agent:
         except statedir.StateDirError as exc:
             raise StartupError(str(exc)) from None
         statedir.clean(self.state_dir)
-        self.book = FindingBook(self.state_dir)
+        self.book = FindingBook(self.state_dir, [str(d) for d in self.layout.ledger_dirs])
         self.suspects = SuspectQueue(self.state_dir, config.suspect_window_seconds, config.suspect_limit)
         self._paused = control.is_paused(self.state_dir)
         self.metadata: CachedMetadata | None = None
@@ -151,7 +152,9 @@ class Agent:
             from scanner.agent.marking import Marking
 
             self.marking = Marking(self.metadata, self.book, self.layout.bookie_id, self.state_dir,
-                                   self.config.repair_command)
+                                   self.config.repair_command, [str(d) for d in self.layout.ledger_dirs])
+        else:
+            self.book.end_category(Category.UNREPAIRED, "the repair follow-up is off ([repair] mark = false)")
         if self.config.heal:
             if self.metadata.client is None:
                 raise StartupError(f"{self.config.source}: [repair] heal needs ZooKeeper metadata, not {self.metadata_uri}")
@@ -218,6 +221,7 @@ class Agent:
         control.remove_address(self.state_dir)
         if self.metadata is not None:
             self.metadata.close()
+        self.book.close()
 
     # -- periodic work ------------------------------------------------------------------------
 
@@ -387,6 +391,7 @@ class Agent:
             "state_dir_problem": state_problem,
             "findings": self.book.counts(),
             "findings_new_since_start": dict(self.book.new_by_category),
+            "findings_ended_since_start": dict(self.book.ended_by_category),
             "corrupt_entries_found": self.book.corrupt_entries_found,
             "scanners": scanners,
             "suspects_queued": self.suspects.queued(),

@@ -30,7 +30,7 @@ from scanner.agent.schedule import jittered_period
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue
 from scanner.bookie_pass import BookiePass, Stopped
 from scanner.bookie_scan import BookieScanner
-from scanner.checks.findings import Finding
+from scanner.checks.findings import Category, Finding
 from scanner.metadata.store import MetadataUnavailable
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size, open_bookie
 from scanner.storage.layout import BookieLayout
@@ -46,6 +46,10 @@ RETRY_SECONDS = 5.0
 ERROR_RETRY_SECONDS = 60.0
 IDLE_WAIT_SECONDS = 3600.0
 STARTING = "starting"  # the phase shown while pass work waits for the start delay
+# What a suspect's scan looks at again, so what it no longer finds there has ended.
+LEDGER_SCAN_FINDS = (Category.LOST_ENTRY, Category.CORRUPT_ENTRY, Category.MISSING_LEDGER, Category.MISSING_ENTRY,
+                     Category.ORPHAN_LEDGER)
+ENTRY_LOG_SCAN_FINDS = (Category.DAMAGED_ENTRY_LOG, Category.CORRUPT_ENTRY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +138,10 @@ class LedgerDirWorker:
         self.paused = paused
         self.clock = clock
         self.path = cursor_path(settings.state_dir, index)
-        self.cursor = load_cursor(self.path, self.ledger_dir) or fresh_cursor(self.ledger_dir, clock())
+        self.cursor = load_cursor(self.path, self.ledger_dir)
+        if self.cursor is None:  # a first pass, or a damaged cursor: a pass from the start
+            self.cursor = fresh_cursor(self.ledger_dir, clock())
+            book.begin_pass(self.ledger_dir)
         self.suspects_scanned = 0
         self.error: str | None = None
         self.last_progress = clock()
@@ -276,7 +283,12 @@ class LedgerDirWorker:
         if self._stopping.is_set():
             self.suspects.release(suspect)  # cut short: scan it whole after the restart
             return
-        self.book.record(findings)
+        if suspect.kind == ENTRY_LOG:
+            self.book.settle(self.ledger_dir, findings, ENTRY_LOG_SCAN_FINDS, entry_log=suspect.id,
+                             why=f"not found again by a scan of suspect entry log {suspect.id}")
+        else:
+            self.book.settle(self.ledger_dir, findings, LEDGER_SCAN_FINDS, ledger_id=suspect.id,
+                             why=f"not found again by a scan of suspect ledger {suspect.id}")
         self.suspects.done(suspect)
         self.suspects_scanned += 1
         log.info("%s: suspect %s %d scanned: %d findings", self.ledger_dir, suspect.kind, suspect.id, len(findings))
@@ -299,6 +311,7 @@ class LedgerDirWorker:
         old = self.cursor
         self._close_pass()
         self.cursor = fresh_cursor(self.ledger_dir, self.clock(), old.passes_completed, old.last_pass_finished)
+        self.book.begin_pass(self.ledger_dir)  # before the cursor says so: a crash between begins it again
         self._save()
         log.info("%s: pass %d started", self.ledger_dir, old.passes_completed + 1)
 
@@ -307,7 +320,7 @@ class LedgerDirWorker:
         self._close_pass()
         self._retune()
         full = self._build_pass()
-        self.book.record(full.judge_index())
+        self.book.record(self.ledger_dir, full.judge_index())
         total = sum(file_size(f.path) for f in full.log_files)
         self._advance(phase=ENTRY_LOGS, ledgers_done=full.totals.ledgers_checked,
                       ledgers_total=full.totals.ledgers_checked, bytes_total=total, bytes_done=0)
@@ -327,7 +340,7 @@ class LedgerDirWorker:
                 raise _Interrupted
             self._walk(full, log_file)
         findings = full.finish(set(self.cursor.vanished_logs) | full.vanished)
-        self.book.record(findings)
+        self.book.record(self.ledger_dir, findings)
         self._finish_pass()
 
     def _build_pass(self) -> BookiePass:
@@ -359,7 +372,7 @@ class LedgerDirWorker:
         self._advance(entry_log_id=log_file.entry_log_id, entry_log_inode=inode, offset=start)
 
         def checkpoint(offset: int, findings: list[Finding]) -> bool:
-            self.book.record(findings)  # saved before the cursor moves past them
+            self.book.record(self.ledger_dir, findings)  # saved before the cursor moves past them
             self._advance(offset=offset, bytes_done=base + offset)
             self._retune()
             return self._interrupted()
@@ -370,7 +383,7 @@ class LedgerDirWorker:
         except Stopped:
             self._save()
             raise _Interrupted from None
-        self.book.record(findings)
+        self.book.record(self.ledger_dir, findings)
         vanished = self.cursor.vanished_logs
         if log_file.entry_log_id in full.vanished:
             vanished = (*vanished, log_file.entry_log_id)
@@ -383,6 +396,7 @@ class LedgerDirWorker:
         self.cursor = cursor.advanced(phase=WAITING, passes_completed=cursor.passes_completed + 1,
                                       last_pass_finished=now, bytes_done=cursor.bytes_total)
         self._save()
+        self.book.end_pass(self.ledger_dir, f"not found again by pass {self.cursor.passes_completed}")
         self._close_pass()
         log.info("%s: pass %d finished in %.0fs", self.ledger_dir, self.cursor.passes_completed,
                  now - cursor.pass_started)

@@ -18,7 +18,6 @@ is the hour-long run.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
@@ -34,7 +33,7 @@ from scanner.storage.bookie import open_bookie
 from scanner.storage.entrylog import EntryLog
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
-from test_agent_service import AgentProcess, wait_for
+from test_agent_service import AgentProcess, book_entries, wait_for
 
 pytestmark = pytest.mark.live
 
@@ -57,8 +56,7 @@ def _agent_config(tmp_path: Path, bookie, metadata_uri: str) -> Path:
 
 
 def _findings(state_dir: Path) -> list[dict]:
-    book = json.loads((state_dir / "findings.json").read_text()) if (state_dir / "findings.json").exists() else {}
-    return [v["finding"] for v in book.get("known", {}).values()]
+    return [v["finding"] for v in book_entries(state_dir)]
 
 
 def _entries(finding: dict) -> set[int]:
