@@ -3,6 +3,7 @@ of our own, with injected faults), metadata in a real ZooKeeper, killed and rest
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -23,6 +24,7 @@ import pytest
 from scanner.agent.suspects import append_to_inbox, Suspect
 from scanner.repair.marks import UnderreplicationMarks
 from scanner.sample.sample_cluster import build_sample
+from scanner.storage.entry import mac_key, master_key
 from tree_state import snapshot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -150,6 +152,15 @@ def book_entries(state_dir: Path) -> list[dict]:
             for finding, first, last, to_mark in rows]
 
 
+def secret_forms(password: bytes) -> list[str]:
+    """A ledger password as it could leak: itself, its master key and MAC key in hex, base64."""
+    return [password.decode(), master_key(password).hex(), mac_key(password).hex(), base64.b64encode(password).decode()]
+
+
+def leaked(text: str, passwords) -> list[str]:
+    return [form for password in passwords for form in secret_forms(password) if form in text]
+
+
 def findings_by_category(state_dir: Path) -> dict[str, set]:
     found: dict[str, set] = {}
     for item in book_entries(state_dir):
@@ -208,6 +219,10 @@ def test_the_agent_finds_every_injected_fault_marks_once_shows_it_and_never_writ
     filed = Counter(re.findall(r"marked ledger (\d+) under-replicated", (tmp_path / "agent.err").read_text()))
     assert filed == Counter({str(ledger): 1 for ledger in DAMAGED_LEDGERS})  # each once, over many passes
     assert snapshot(bookie_dir) == before
+    # No ledger password, nor a key made from one, in the log, the endpoint's answers or any state file.
+    seen = [(tmp_path / "agent.err").read_text(), json.dumps(health), metrics, status.stdout]
+    seen += [p.read_bytes().decode("latin-1") for p in state_dir.rglob("*") if p.is_file()]
+    assert leaked("\n".join(seen), (b"sample-secret", b"pulsar")) == []
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import pytest
 
 from livebk import live_cluster  # noqa: F401  (the fixture)
-from test_agent_service import AgentProcess, wait_for
+from test_agent_service import AgentProcess, leaked, wait_for
 from scanner.cli import main
 from scanner.metadata.uri import open_metadata
 from scanner.storage.bookie import open_bookie
@@ -190,6 +190,9 @@ def test_the_agent_heals_local_rot_it_finds_and_counts_it(live_cluster, tmp_path
             (a.ledger_id, rot_entry, "local_rot", "healed")
         healed = re.search(r'^bookie_scanner_heals_total\{(.*)\} (\S+)$', agent.metrics(), re.MULTILINE)
         assert healed and 'action="healed"' in healed.group(1) and float(healed.group(2)) == 1.0
+        # The heal used the ledger's master key; neither it nor the password is journaled, logged or served.
+        served = json.dumps(agent.health()) + agent.metrics() + (tmp_path / "agent.log").read_text()
+        assert leaked(journal.read_text() + served, [a.password]) == []
     finally:
         assert agent.terminate() == 0
     # InterleavedLedgerStorage writes the healed copy's entry log and index at its next checkpoint
