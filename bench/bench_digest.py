@@ -8,7 +8,7 @@ Writes a set of CRC32C entry logs into a temporary directory (removed afterwards
   floor    per record only what any Python verifier must do: unpack its header, CRC32C its bytes
            around the stored digest (two calls), compare; no index join, no ledgers map, no pacing.
            Its entries/s bound what a pure-Python scan can reach on this core.
-  verify   EntryLog.verify_records over every file (the scanner's hot path)
+  verify   the scan's record walker over every file (the scanner's hot path)
 
 with the page cache warm, and cold too when it can drop the page cache (needs root).
 Ratios are against cat in the same run, so they hold across machines; GB/s are this machine's.
@@ -33,6 +33,7 @@ import crc32c
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scanner.scan.walker import walk_records  # noqa: E402
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry  # noqa: E402
 from scanner.storage.entrylog import EntryLog  # noqa: E402
 
@@ -132,10 +133,11 @@ def verify_all(paths: list[Path]) -> int:
     verified = 0
     for path in paths:
         with EntryLog(path, int(path.stem, 16)) as log:
-            failures = sum(1 for _ in log.verify_records(lambda ledger_id: verifier))
+            walk = walk_records(log, lambda ledger_id: verifier)
+            failures = sum(1 for _ in walk.failures())
             if failures or log.problems:
                 raise SystemExit(f"{path}: {failures} failures, problems {log.problems}")
-            verified += log.stats.entries_verified
+            verified += walk.stats.entries_verified
     return verified
 
 

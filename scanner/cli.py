@@ -9,7 +9,7 @@ import sys
 import traceback
 from typing import NoReturn
 
-from scanner import allocator
+from scanner.scan import allocator
 
 # Each module defines ``register(subparsers)``, which adds its parser and sets ``func`` (args -> exit code).
 # Modules import their heavy dependencies (kazoo, pyspark, rocksdict) inside ``func``, so --help stays fast.
@@ -25,7 +25,7 @@ COMMAND_MODULES = (
     "pause",
     "export",
     "audit",
-    "heal",
+    "repair",
 )
 
 # Exit statuses every command shares; 0 and 1 are each command's own (clean, findings: see its --help).

@@ -9,8 +9,8 @@ import pytest
 
 from corpus import CORPUS
 from scanner.audit.export import bookie_listings, damaged_runs, write_export
-from scanner.bookie_scan import scan_bookie
 from scanner.metadata.snapshot import SnapshotStore
+from scanner.scan.on_demand import scan_bookie
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
 

@@ -34,7 +34,8 @@ import pytest
 LIVEBK = Path(__file__).resolve().parents[2] / "shared" / "livebk"
 LEDGER_PASSWORD = b"livebk"
 BOOKIE_COUNT = 3
-STORAGE = ("interleaved", "db", "db")  # bookie1 keeps .idx files, bookies 2 and 3 RocksDB
+# bookie1 keeps .idx files, bookies 2 and 3 RocksDB; a fourth (optional) is a spare on RocksDB
+STORAGE = ("interleaved", "db", "db", "db")
 _START_ATTEMPTS = 3
 # The JVM options start.sh gives a bookie, so a bookie restarted here runs as it did.
 _BOOKIE_JAVA_OPTIONS = (
@@ -208,9 +209,13 @@ class LiveBookie:
 class LiveCluster:
     """ZooKeeper and three bookies of the livebk kit under ``run_dir`` (see the module doc)."""
 
-    def __init__(self, run_dir: Path, kit: Path = LIVEBK):
+    def __init__(self, run_dir: Path, kit: Path = LIVEBK, bookie_count: int = BOOKIE_COUNT):
+        if bookie_count not in (3, 4):
+            raise ValueError(f"the kit runs 3 or 4 bookies, not {bookie_count}")
         self.run_dir = Path(run_dir)
         self.kit = Path(kit)
+        self.bookie_count = bookie_count
+        self._zookeeper: subprocess.Popen | None = None  # set once this process started ZooKeeper again
         self.zk_port: int | None = None
         self.bookies: list[LiveBookie] = []
 
@@ -231,7 +236,7 @@ class LiveCluster:
         failures = []
         # Ports picked as free can be taken before the JVMs bind them: then try fresh ones.
         for _ in range(_START_ATTEMPTS):
-            self.zk_port, *ports = free_ports(1 + BOOKIE_COUNT)
+            self.zk_port, *ports = free_ports(1 + self.bookie_count)
             self.bookies = [LiveBookie(self, n, port) for n, port in enumerate(ports, start=1)]
             shutil.rmtree(self.run_dir, ignore_errors=True)
             self.run_dir.mkdir(parents=True)
@@ -256,6 +261,10 @@ class LiveCluster:
         for bookie in self.bookies:
             if bookie.started_here:
                 bookie.stop()
+        if self._zookeeper is not None and self._zookeeper.poll() is None:
+            self._zookeeper.terminate()
+            self._zookeeper.wait(timeout=30)
+            (self.run_dir / "zk.pid").unlink(missing_ok=True)
         if self.run_dir.is_dir():
             subprocess.run([str(self.kit / "stop.sh"), str(self.run_dir)], stdin=subprocess.DEVNULL,
                            capture_output=True, timeout=120)
@@ -295,6 +304,35 @@ class LiveCluster:
         subprocess.run([str(self.kit / "writer.sh"), str(self.run_dir), str(self.zk_port), str(seconds), str(seed)],
                        stdin=subprocess.DEVNULL, check=True, capture_output=True, timeout=60)
 
+    def write_together(self, seconds: int, seeds, timeout: float = 300.0) -> None:
+        """Several of the kit's writers at once (one per seed, each with its own log), waited for: ledgers are
+        written side by side, so each entry log holds records of several, as on a bookie of many clients."""
+        java = shutil.which("java") or "java"
+        writers = []
+        for seed in seeds:
+            with open(self.run_dir / f"writer-{seed}.log", "wb") as log:
+                writers.append(subprocess.Popen(
+                    [java, "-Xmx256m", "-XX:+UseSerialGC", "-Dio.netty.tryReflectionSetAccessible=true",
+                     "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens",
+                     "java.base/jdk.internal.misc=ALL-UNNAMED", "-cp", f"{self.kit / 'lib'}/*", "Writer",
+                     self.metadata_uri, str(seconds), str(seed)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        try:
+            for seed, writer in zip(seeds, writers):
+                writer.wait(timeout=timeout)
+                log = (self.run_dir / f"writer-{seed}.log").read_text(errors="replace")
+                if "DONE" not in log:
+                    raise LiveClusterError(f"the writer of seed {seed} did not finish: {log[-2000:]}")
+        finally:
+            for writer in writers:
+                if writer.poll() is None:
+                    writer.kill()
+                    writer.wait()
+
+    def stop_writer(self) -> None:
+        """End the writer before its time is up (its open ledger stays open, as a crashed client's would)."""
+        _end_process(int((self.run_dir / "writer.pid").read_text()))
+
     def wait_for_writer(self, timeout: float = 300.0) -> str:
         """Wait until the writer has finished; its log. LiveClusterError if it failed or hangs."""
         pid = int((self.run_dir / "writer.pid").read_text())
@@ -309,6 +347,77 @@ class LiveCluster:
             raise LiveClusterError("the writer did not finish: " + log[-2000:])
         return log
 
+    def stop_zookeeper(self) -> None:
+        """End the cluster's ZooKeeper (SIGTERM), as an outage of the ensemble would."""
+        pid_file = self.run_dir / "zk.pid"
+        _end_process(int(pid_file.read_text()))
+        pid_file.unlink()
+
+    def start_zookeeper(self, timeout: float = 60.0) -> None:
+        """Start the ZooKeeper ``stop_zookeeper`` ended again, on its data dir and port, as start.sh does."""
+        java = shutil.which("java") or "java"
+        with open(self.run_dir / "zk.log", "ab") as log:
+            process = subprocess.Popen(
+                [java, "-Xmx128m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={self.kit / 'log4j2.xml'}",
+                 "-cp", f"{self.kit / 'lib'}/*", "org.apache.zookeeper.server.ZooKeeperServerMain",
+                 str(self.run_dir / "zk" / "zoo.cfg")],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        (self.run_dir / "zk.pid").write_text(f"{process.pid}\n")
+        self._zookeeper = process
+        deadline = time.monotonic() + timeout
+        while not listening(self.zk_port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise LiveClusterError(f"ZooKeeper did not come back: see {self.run_dir / 'zk.log'}")
+            time.sleep(0.2)
+
+    def start_autorecovery(self, *settings: str) -> None:
+        """Start BookKeeper's own AutoRecoveryMain (the Auditor and a ReplicationWorker) with the kit's script.
+
+        ``settings`` are ``KEY=VALUE`` overrides of its configuration; its log is ``autorecovery.log``.
+        """
+        started = subprocess.run([str(self.kit / "autorecovery.sh"), str(self.run_dir), *settings],
+                                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        if started.returncode != 0:
+            raise LiveClusterError(f"autorecovery did not start: {started.stderr.strip()}")
+
+    def stop_autorecovery(self) -> None:
+        pid_file = self.run_dir / "autorecovery.pid"
+        try:
+            pid = int(pid_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return
+        _end_process(pid)
+        pid_file.unlink(missing_ok=True)
+
+    @property
+    def autorecovery_log(self) -> str:
+        try:
+            return (self.run_dir / "autorecovery.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def read_every_copy(self, ledger_ids, timeout: float = 300.0) -> "ClientView":
+        """Every entry of ``ledger_ids`` read in order from every bookie the current metadata names for it.
+
+        Done by BookKeeper's own client (``tests/live/ReadEveryCopy.java``, compiled here against the kit's
+        jars), which checks each copy's digest with BookKeeper's DigestManager.
+        """
+        classes = self.run_dir / "read-every-copy"
+        if not (classes / "ReadEveryCopy.class").is_file():
+            javac = shutil.which("javac")
+            if javac is None:
+                raise LiveClusterError("javac is not installed (Debian's default-jdk-headless; ./dev test installs it)")
+            subprocess.run([javac, "-proc:none", "-nowarn", "-cp", f"{self.kit / 'lib'}/*", "-d", str(classes),
+                            str(_READER_SOURCE)], check=True, capture_output=True, timeout=timeout)
+        java = shutil.which("java") or "java"
+        done = subprocess.run(
+            [java, f"-Dlog4j2.configurationFile={self.kit / 'log4j2.xml'}", *_BOOKIE_JAVA_OPTIONS,
+             "-cp", f"{self.kit / 'lib'}/*:{classes}", "ReadEveryCopy", self.metadata_uri, *map(str, ledger_ids)],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise LiveClusterError(f"ReadEveryCopy exited with {done.returncode}: {done.stderr[-3000:]}")
+        return ClientView.parse(done.stdout)
+
     def shell(self, *args: str, conf: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess:
         """Run BookKeeper's own ``BookieShell`` (a real client) with a bookie's conf (bookie1's by default)."""
         java = shutil.which("java") or "java"
@@ -317,6 +426,56 @@ class LiveCluster:
              "-cp", f"{self.kit / 'lib'}/*", "org.apache.bookkeeper.bookie.BookieShell",
              "-conf", str(conf or self.bookies[0].conf), *args],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass(frozen=True)
+class CopyRead:
+    """One copy of an entry as BookKeeper's client read it from one bookie."""
+
+    ledger_id: int
+    bookie_id: str
+    entry_id: int
+    rc: int  # 0: read
+    digest: str  # "ok", "bad", or "-" when nothing was read
+    payload_sha256: str  # "-" when nothing verified
+
+    @property
+    def good(self) -> bool:
+        return self.rc == 0 and self.digest == "ok"
+
+
+@dataclass
+class ClientView:
+    """What ``LiveCluster.read_every_copy`` saw: ledger states and every copy read."""
+
+    states: dict[int, str]  # ledger id -> CLOSED, OPEN, ... or "deleted"
+    copies: list[CopyRead]
+
+    @classmethod
+    def parse(cls, out: str) -> "ClientView":
+        states, copies = {}, []
+        for line in out.splitlines():
+            fields = line.split("\t")
+            if fields[0] == "ledger":
+                states[int(fields[1])] = fields[2]
+            elif fields[0] == "copy":
+                copies.append(CopyRead(int(fields[1]), fields[2], int(fields[3]), int(fields[4]), fields[5], fields[6]))
+        return cls(states, copies)
+
+    def bad(self) -> list[CopyRead]:
+        """Copies that did not read, or read with a digest that fails."""
+        return [c for c in self.copies if not c.good]
+
+    def payloads(self) -> dict[tuple[int, int], set[str]]:
+        """(ledger, entry) -> the payload digests of its good copies (one element when all agree)."""
+        out: dict[tuple[int, int], set[str]] = {}
+        for c in self.copies:
+            if c.good:
+                out.setdefault((c.ledger_id, c.entry_id), set()).add(c.payload_sha256)
+        return out
+
+
+_READER_SOURCE = Path(__file__).resolve().parent / "live" / "ReadEveryCopy.java"
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from scanner.agent.logtail import LogTail
 from scanner.agent.sdnotify import SystemdNotifier
 from scanner.agent.suspects import (ENTRY_LOG, LEDGER, MAX_FAILED_SCANS, Suspect, SuspectQueue, append_to_inbox,
                                     parse_suspect)
-from scanner.bookie_scan import BookieScanner
 from scanner.metadata.snapshot import SnapshotStore
 from scanner.sample.sample_cluster import build_sample
+from scanner.scan.full_pass import BookiePass
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
 
@@ -44,6 +44,7 @@ def test_the_documented_config_loads_with_every_default(tmp_path):
     assert config.period_seconds == 7 * 86400 and config.pace == "rate"  # BP-24: at the rate, then idle
     assert config.checkpoint_seconds == 30
     assert config.mark is False
+    assert config.rereplicate is True and config.copy_bytes_per_second == 20_000_000  # moves, once marking is on
 
 
 @pytest.mark.parametrize("text, named", [
@@ -54,6 +55,8 @@ def test_the_documented_config_loads_with_every_default(tmp_path):
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nspeed = 3\n", "'speed'"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\npace = 'fast'\n", "pace"),
     ("[bookie\n", "not valid TOML"),
+    # heal in place was replaced by moves: the old key says what to use instead
+    ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nheal = true\n", "rereplicate = true moves"),
 ])
 def test_a_config_mistake_is_one_line_naming_the_key_and_exit_status_2(tmp_path, text, named):
     path = tmp_path / "scanner.toml"
@@ -327,11 +330,11 @@ def test_an_entry_log_deleted_while_it_is_walked_is_not_a_finding(tmp_path):
     victim = sample.ledger_dir / "current" / "0.log"  # a healthy, finished log
     with open_bookie(layout, work_dir=tmp_path) as storage, SnapshotStore(str(sample.dump)) as store:
         log_file = next(f for f in storage.entry_logs() if f.entry_log_id == 0)
-        with BookieScanner(storage, store, layout.bookie_id, _DeletingPacer(victim)) as scanner:
+        with BookiePass(storage, store, layout.bookie_id, tmp_path, lambda: open_bookie(layout, work_dir=tmp_path),
+                        _DeletingPacer(victim)) as logs:
             offsets = []
-            findings = scanner.scan_entry_log(log_file, checkpoint=lambda offset, found: offsets.append(offset) or False)
+            findings = logs.walk(log_file, checkpoint=lambda offset, found: offsets.append(offset) or False)
             assert findings == [] and not victim.exists()
-            assert offsets and scanner.totals.entries_verified > 0
-            scanner.close()
+            assert offsets and logs.totals.entries_verified > 0
             # Its turn comes again (a resumed cursor): the file is gone, quietly.
-            assert scanner.scan_entry_log(log_file, start=offsets[-1]) == []
+            assert logs.walk(log_file, start=offsets[-1]) == []

@@ -12,7 +12,7 @@ import pytest
 # and print how many MiB of anonymous memory the process still holds.
 PROBE = """
 import sys
-from scanner import allocator
+from scanner.scan import allocator
 if sys.argv[1] == "set-up":
     allocator.give_back_freed_buffers()
 def anon_mib():

@@ -9,8 +9,8 @@ import struct
 from pathlib import Path
 
 from corpus import CORPUS
-from scanner.bookie_pass import BookiePass
 from scanner.metadata.snapshot import SnapshotStore
+from scanner.scan.full_pass import BookiePass
 from scanner.storage.bookie import open_bookie
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
@@ -103,7 +103,7 @@ def test_ledger_dirs_scanned_in_parallel_processes_find_what_one_process_finds(t
     """The corrupted bookie1 copy with its later logs moved to a second ledger dir: one process per dir."""
     import dataclasses
 
-    from scanner.bookie_scan import ParallelDirs, scan_bookie
+    from scanner.scan.on_demand import ParallelDirs, scan_bookie
 
     layout = discover_layout(CORPUS / "bookie-configs" / "bookie1.conf",
                              ledger_dirs=[CORPUS / "corrupted" / "bookie1-corrupted" / "ledgers"])
@@ -178,7 +178,7 @@ def test_a_ledger_whose_index_appears_during_the_pass_pointing_into_the_buffer_i
     """Live, the bookie created a ledger's .idx after the pass had listed the index files; by the time the pass
     judged that ledger, the index pointed into the newest log, still empty on disk, at entries the journal
     held since the last mark. That is the entry logger's buffer, not loss."""
-    import scanner.bookie_pass as bookie_pass
+    import scanner.scan.full_pass as bookie_pass
     from scanner.storage.indexfile import find_index_file
 
     layout, pointed = _newest_log_emptied(tmp_path / "bookie", "bookie1")

@@ -8,6 +8,7 @@ import tracemalloc
 
 import pytest
 
+from scanner.scan.walker import walk_records
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry
 from scanner.storage.entrylog import (
     BadHeader,
@@ -402,7 +403,7 @@ def test_read_entry_returns_the_stored_entry_or_a_typed_error(write):
 # --- verification and pacing -----------------------------------------------------------------
 
 
-def test_verify_records_yields_only_failures_and_counts_the_rest(write):
+def test_a_walk_yields_only_failures_and_counts_the_rest(write):
     damaged = bytearray(RECORDS[2])
     damaged[-1] ^= 0xFF
     short_for_hmac = record(entry(8, 0, b"", DigestType.DUMMY))  # 32 bytes: too short for a 20-byte MAC
@@ -417,12 +418,13 @@ def test_verify_records_yields_only_failures_and_counts_the_rest(write):
 
     path = write(classic_log(records))
     with EntryLog(path, 0) as log:
-        failures = list(log.verify_records(verifier_for))
+        walk = walk_records(log, verifier_for)
+        failures = list(walk.failures())
         assert [(f.ledger_id, f.entry_id) for f in failures] == [(5, 1), (8, 0)]
         assert failures[0].pos == 1024 + len(RECORDS[0]) + len(RECORDS[1]) + 4
         assert "CRC32C digest mismatch" in failures[0].reason and "shorter" in failures[1].reason
         assert sorted(asked) == [5, 8, 99, 0x1234]
-        stats = log.stats
+        stats = walk.stats
         assert (stats.entries_verified, stats.entries_failed, stats.entries_skipped) == (2, 2, 1)
         assert stats.bytes_scanned == log.header.ledgers_map_offset - 1024
         assert stats.ledgers_seen == {5, 0x1234, 99, 8}
@@ -450,9 +452,10 @@ def test_counters_are_true_when_the_consumer_stops_early(write):
     damaged[-1] ^= 0xFF
     path = write(classic_log([bytes(damaged), RECORDS[2], RECORDS[2]], with_map=False))
     with EntryLog(path, 0) as log:
-        failures = log.verify_records(lambda ledger_id: DigestVerifier(DigestType.CRC32C))
+        walk = walk_records(log, lambda ledger_id: DigestVerifier(DigestType.CRC32C))
+        failures = walk.failures()
         next(failures)
         failures.close()
-        stats = log.stats
+        stats = walk.stats
         assert (stats.entries_failed, stats.entries_verified, stats.bytes_scanned) == (1, 0, len(damaged))
         assert log.valid_end is None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from scanner.scan.walker import walk_records
 from scanner.storage.entry import DIGEST_LENGTH, DigestType, DigestVerifier
 from scanner.storage.entrylog import BrokenLedgersMap, EntryLog, EntryLogError, MissingEntry, TruncatedRecord
 from scanner.storage.location import EntryLocation
@@ -105,9 +106,10 @@ def test_digest_walk_over_clean_logs_finds_no_failure(bookie):
     verified = 0
     for path in entry_logs(CORPUS / bookie):
         with open_log(path) as log:
-            assert list(log.verify_records(verifier_for)) == []
-            assert log.stats.entries_skipped == 0
-            verified += log.stats.entries_verified
+            walk = walk_records(log, verifier_for)
+            assert list(walk.failures()) == []
+            assert walk.stats.entries_skipped == 0
+            verified += walk.stats.entries_verified
     with gzip.open(CORPUS / "bookie-entries" / f"{bookie}.jsonl.gz", "rt") as rows:
         assert verified == sum(1 for _ in rows)
 
@@ -124,7 +126,7 @@ def fault(copy_dir: str, kind: str) -> dict:
 def test_flipped_payload_byte_is_the_only_digest_failure(copy_dir):
     flip = fault(copy_dir, "payload_byte_flip")
     with open_log(CORPUS / flip["file"]) as log:
-        failures = list(log.verify_records(verifier_for))
+        failures = list(walk_records(log, verifier_for).failures())
         assert [(f.ledger_id, f.entry_id, f.pos - 4) for f in failures] == [
             (flip["ledger_id"], flip["entry_id"], flip["record_offset"])]
         assert log.problems == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from scanner.ledger_table import LedgerTable
+from scanner.scan.ledger_table import LedgerTable
 from scanner.storage.entry import DigestType, build_entry
 
 PASSWORDS = (b"", b"secret", b"other")

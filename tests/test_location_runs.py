@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from array import array
 
-from scanner.location_runs import LocationRuns
+from scanner.scan.location_runs import LocationRuns
 
 
 def encoded(entry_log_id: int, pos: int) -> int:

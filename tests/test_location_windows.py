@@ -7,8 +7,8 @@ from array import array
 
 import pytest
 
-import scanner.location_runs as location_runs
-from scanner.location_runs import LocationRuns
+import scanner.scan.location_runs as location_runs
+from scanner.scan.location_runs import LocationRuns
 
 
 def _index(rng: random.Random, ledgers: int, logs: int) -> dict[int, list[tuple[int, int]]]:

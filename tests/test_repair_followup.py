@@ -9,13 +9,13 @@ import pytest
 from prometheus_client import REGISTRY
 
 from corpus import CORPUS, bookie_id, scan_args
-from scanner.bookie_scan import BookieScanner
-from scanner.checks.findings import Category
+from scanner.checks.findings import Category, Finding
 from scanner.cli import main
 from scanner.metadata.zookeeper import ZooKeeperStore
 from scanner.repair.filer import MarkFiler
 from scanner.repair.followup import STATE_FILE, FollowUp, Stage, expand_command
 from scanner.repair.marks import UnderreplicationMarks, mark_path
+from scanner.scan.targeted import BookieScanner
 from scanner.statefile import read_json
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
@@ -166,3 +166,112 @@ def test_fragment_moved_away_ends_the_follow_up(zk_client, cluster, tmp_path):
 def test_command_template_is_filled_word_by_word_without_a_shell():
     assert expand_command(["bk", "shell", "recover", "-l", "{ledger}", "{bookie}", "x{ledger}y"], 7, "h:1") == [
         "bk", "shell", "recover", "-l", "7", "h:1", "x7y"]
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def moving_follow_up(zk_client, store, chroot, state_dir, clock, command=None):
+    from scanner.repair.rereplicate import Rereplicator
+
+    marks = UnderreplicationMarks(zk_client, f"{chroot}/ledgers")
+    me = bookie_id("bookie1")
+    mover = Rereplicator(store, me, timeout=1.0, clock=clock)
+    return FollowUp(state_dir, MarkFiler(marks, me, marks_per_second=None), rereplicator=mover,
+                    repair_command=command, clock=clock), marks
+
+
+def corrupt_at_8(ledger_id):
+    return [Finding(Category.CORRUPT_ENTRY, ledger_id, ((8, 8),), 0, 406576, "digest mismatch")]
+
+
+def test_a_move_that_cannot_be_made_is_escalated_at_once_and_tried_again_later(zk_client, cluster, tmp_path):
+    from scanner.repair.planner import plan_repairs
+
+    chroot, store = cluster
+    clock = Clock()
+    state_dir, calls = tmp_path / "state", tmp_path / "calls.jsonl"
+    (tmp_path / "recorder.py").write_text(RECORDER)
+    follow, marks = moving_follow_up(zk_client, store, chroot, state_dir, clock,
+                                     [sys.executable, str(tmp_path / "recorder.py"), str(calls), "{ledger}"])
+    follow.file(plan_repairs(corrupt_at_8(LEDGER), {LEDGER: store.ledger(LEDGER)}, follow.bookie_id))
+    # No bookie is registered at all: nowhere to move the fragment to.
+    baseline = escalations()
+    first = follow.run_cycle(store, corrupt_at_8)
+    assert first.escalated == [LEDGER] and [f.category for f in first.findings] == [Category.UNREPAIRED]
+    assert "no writable bookie outside the ensemble" in first.findings[0].detail
+    assert escalations() == baseline + 1 and calls.read_text().splitlines() == [json.dumps([str(LEDGER)])]
+    assert marks.get(LEDGER).replicas == (follow.bookie_id,)  # left marked: the cluster is under-replicated
+    record = follow.tracked[LEDGER]
+    assert record.stage is Stage.ESCALATED and record.failures == 1
+    assert [e.what for e in record.events] == ["found", "marked", "failed", "escalated", "command"]
+
+    assert follow.run_cycle(store, corrupt_at_8).to_json()["findings"] == []  # not due yet: nothing tried
+    clock.now += 31
+    again = follow.run_cycle(store, corrupt_at_8)
+    assert again.escalated == [] and follow.tracked[LEDGER].failures == 2  # tried, told the operator once only
+    assert len(calls.read_text().splitlines()) == 1 and escalations() == baseline + 1
+    assert follow.tracked[LEDGER].next_try_ms == int(clock.now * 1000) + 60_000  # backing off
+
+    report = follow.report()
+    (row,) = report["following"]
+    assert (row["ledger_id"], row["stage"], row["failures"]) == (LEDGER, "escalated", 2)
+    assert row["since_ms"] == 1_800_000_000_000 and row["stage_since_ms"] == int(clock.now * 1000)
+
+    # The ledger deleted: the follow-up ends, the mark goes, the history stays in the report a while.
+    s = f"{LEDGER:010d}"
+    zk_client.delete(f"{chroot}/ledgers/{s[:2]}/{s[2:6]}/L{s[6:]}")
+    clock.now += 61
+    ended = follow.run_cycle(store, corrupt_at_8)
+    assert ended.ended == {LEDGER: "ledger deleted"} and marks.get(LEDGER) is None
+    reloaded = FollowUp(state_dir, follow.filer, rereplicator=follow.rereplicator, clock=clock)
+    assert reloaded.tracked == {} and [e["ledger_id"] for e in reloaded.report()["ended"]] == [LEDGER]
+    assert reloaded.report()["ended"][0]["events"][-1]["what"] == "ended"
+
+
+def test_failed_moves_are_escalated_after_three_tries(zk_client, cluster, tmp_path):
+    from scanner.repair.planner import plan_repairs
+
+    chroot, store = cluster
+    for bookie in ("127.0.0.1:9", "127.0.0.1:7"):  # registered, nothing listens: no copy can be read
+        zk_client.create(f"{chroot}/ledgers/available/{bookie}", ephemeral=True)
+    clock = Clock()
+    follow, _ = moving_follow_up(zk_client, store, chroot, tmp_path, clock)
+    follow.file(plan_repairs(corrupt_at_8(LEDGER), {LEDGER: store.ledger(LEDGER)}, follow.bookie_id))
+    outcomes = []
+    for _ in range(3):
+        cycle = follow.run_cycle(store, corrupt_at_8)
+        outcomes.append((bool(cycle.findings), cycle.escalated))
+        clock.now += 600
+    assert outcomes == [(False, []), (False, []), (True, [LEDGER])]
+    assert follow.tracked[LEDGER].stage is Stage.ESCALATED
+
+
+def test_another_repairers_lock_leaves_the_ledger_pending(zk_client, zookeeper, cluster, tmp_path):
+    from kazoo.client import KazooClient
+
+    from scanner.repair.ledger_lock import LedgerLock
+    from scanner.repair.planner import plan_repairs
+
+    chroot, store = cluster
+    clock = Clock()
+    follow, _ = moving_follow_up(zk_client, store, chroot, tmp_path, clock)
+    follow.file(plan_repairs(corrupt_at_8(LEDGER), {LEDGER: store.ledger(LEDGER)}, follow.bookie_id))
+    worker = KazooClient(hosts=zookeeper.connect_string)
+    worker.start()
+    try:
+        LedgerLock(worker, f"{chroot}/ledgers", LEDGER, "replication-worker-1").acquire()
+        assert follow.run_cycle(store, corrupt_at_8).pending == [LEDGER]
+        assert follow.run_cycle(store, corrupt_at_8).pending == []  # asked again only after a while
+        clock.now += 11
+        assert follow.run_cycle(store, corrupt_at_8).pending == [LEDGER]
+        busy = [e for e in follow.tracked[LEDGER].events if e.what == "busy"]
+        assert len(busy) == 1 and "replication-worker-1" in busy[0].detail  # said once, not every cycle
+    finally:
+        worker.stop()
+        worker.close()

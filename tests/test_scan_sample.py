@@ -27,18 +27,19 @@ def test_a_garbled_index_file_is_a_missing_ledger_not_a_crash(tmp_path, capsys):
 def test_an_entry_log_gone_before_its_turn_is_not_a_finding(tmp_path, capsys):
     import tempfile
 
-    from scanner.bookie_scan import BookieScanner
     from scanner.metadata.snapshot import SnapshotStore
+    from scanner.scan.full_pass import BookiePass
     from scanner.storage.bookie import open_bookie
     from scanner.storage.layout import discover_layout
 
     sample = build_sample(tmp_path / "s")
     layout = discover_layout(sample.bookie_conf)
     with tempfile.TemporaryDirectory() as work, open_bookie(layout, work_dir=work) as storage, \
-            SnapshotStore(sample.dump) as store, BookieScanner(storage, store, layout.bookie_id) as scanner:
-        [listed] = [log for log in storage.entry_logs() if log.entry_log_id == 2]
+            SnapshotStore(sample.dump) as store, \
+            BookiePass(storage, store, layout.bookie_id, None, lambda: open_bookie(layout, work_dir=work)) as logs:
+        [listed] = [log for log in logs.log_files if log.entry_log_id == 2]
         listed.path.unlink()  # garbage collection removed it after the scanner listed it
-        assert scanner.scan_entry_log(listed) == [] and scanner.totals.entry_logs_scanned == 0
+        assert logs.walk(listed) == [] and logs.totals.entry_logs_scanned == 0
     # asked for by name on the command line, a log that is not there is a mistake, not "no findings"
     assert main(["scan", "--full-speed", "--bookie-conf", str(sample.bookie_conf), "--metadata", f"file:{sample.dump}",
                  "--entry-log", "2"]) == 2

@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 
 from corpus import BOOKIES, CORPUS, assert_clean_report, scan, scan_args, timeless
-from scanner.bookie_scan import BookieScanner
 from scanner.checks.findings import Category, to_ranges
 from scanner.metadata.ledger import LedgerState, serialize_ledger_metadata
 from scanner.metadata.ledger_paths import LedgerManager, ledger_path
 from scanner.metadata.uri import open_metadata
 from scanner.sample.sample_cluster import OTHER_BOOKIES, SAMPLE_BOOKIE, build_sample
+from scanner.scan.targeted import BookieScanner
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
 

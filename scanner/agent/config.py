@@ -64,8 +64,8 @@ class AgentConfig:
     throttle: ThrottleConfig
     mark: bool
     repair_command: str | None
-    heal: bool = False
-    heal_entries_per_second: float | None = 10.0
+    rereplicate: bool = True
+    copy_bytes_per_second: float | None = 20_000_000.0
 
 
 _KNOWN = {
@@ -75,7 +75,14 @@ _KNOWN = {
               "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit"},
     "throttle": {"bytes_per_second", "entries_per_second", "window_hours", "window_days", "outside_rate",
                  "busy_threshold", "idle_threshold", "floor", "disk_backoff"},
-    "repair": {"mark", "repair_command", "heal", "heal_entries_per_second"},
+    "repair": {"mark", "repair_command", "rereplicate", "copy_bytes_per_second"},
+}
+# Keys of earlier versions that mean something else now: the error says what replaced them.
+_REPLACED = {
+    ("repair", "heal"): "heal in place was removed: a copy added beside a damaged one does not last (the bookie's "
+                        "read-ahead and compaction bring the damaged record back); rereplicate = true moves the "
+                        "damaged fragment to another bookie instead (see the README's Repair)",
+    ("repair", "heal_entries_per_second"): "went with heal; copy_bytes_per_second paces rereplicate",
 }
 
 
@@ -162,6 +169,9 @@ def load_config(path: Path, environ: Mapping[str, str] = os.environ) -> AgentCon
         if name not in _KNOWN or not isinstance(values, dict):
             raise ConfigError(f"{path}: unknown table [{name}]; expected {', '.join(f'[{t}]' for t in _KNOWN)}")
         unknown = set(values) - _KNOWN[name]
+        for key in sorted(unknown):
+            if (name, key) in _REPLACED:
+                raise ConfigError(f"{path}: [{name}] {key}: {_REPLACED[name, key]}")
         if unknown:
             raise ConfigError(f"{path}: unknown key {sorted(unknown)[0]!r} in [{name}]; "
                               f"expected one of {', '.join(sorted(_KNOWN[name]))}")
@@ -196,8 +206,8 @@ def load_config(path: Path, environ: Mapping[str, str] = os.environ) -> AgentCon
         throttle=_throttle(throttle),
         mark=repair.flag("mark", False),
         repair_command=repair.text("repair_command"),
-        heal=repair.flag("heal", False),
-        heal_entries_per_second=repair.quantity("heal_entries_per_second", 10, "") or None,
+        rereplicate=repair.flag("rereplicate", True),
+        copy_bytes_per_second=repair.quantity("copy_bytes_per_second", 20_000_000, "B") or None,
     )
 
 

@@ -1,25 +1,32 @@
 """Hands the agent's findings to repair: marks filed when ZooKeeper answers, and the follow-up cycle, whose
-word ends a ledger's findings (repaired, deleted, moved) and whose UNREPAIRED findings go to the book."""
+word ends a ledger's findings (repaired, deleted, moved) and whose UNREPAIRED findings go to the book.
+
+With ``rereplicate`` the follow-up moves damaged fragments to other bookies (``scanner.repair.rereplicate``).
+"""
 
 from __future__ import annotations
 
 import logging
 import shlex
 import threading
+import time
+from collections.abc import Callable
 
 from kazoo.exceptions import KazooException
 
 from scanner.agent.findingbook import FindingBook
-from scanner.checks.findings import Category
 from scanner.agent.lograte import RateLimitedLog
+from scanner.checks.findings import Category
 from scanner.metadata.store import MetadataUnavailable
 from scanner.repair.filer import MarkFiler
 from scanner.repair.followup import FollowUp
 from scanner.repair.marks import MarkError, UnderreplicationMarks
 from scanner.repair.planner import damage_by_ledger, plan_repairs
+from scanner.repair.rereplicate import Rereplicator
 
 log = logging.getLogger(__name__)
 
+CYCLE_SECONDS = 120.0
 # What the follow-up's end of a ledger ends: the damage it followed, and its own word that it stayed.
 FOLLOWED = tuple(c for c in Category if c.needs_rereplication) + (Category.UNREPAIRED,)
 
@@ -27,14 +34,18 @@ FOLLOWED = tuple(c for c in Category if c.needs_rereplication) + (Category.UNREP
 class Marking:
     """Files marks for recorded damage (each ledger once: the follow-up state remembers it)."""
 
-    def __init__(self, metadata, book: FindingBook, bookie_id: str, state_dir, repair_command: str | None,
-                 ledger_dirs: list[str]):
+    def __init__(self, metadata, book: FindingBook, bookie_id: str, state_dir, repair_command: str | None, *,
+                 ledger_dirs: list[str], rereplicate: bool = True, copy_bytes_per_second: float | None = None,
+                 stopping: Callable[[], bool] = lambda: False):
         self.metadata = metadata
         self.ledger_dirs = ledger_dirs  # an UNREPAIRED finding goes to the dir that owns its ledger
         self.book = book
         self.bookie_id = bookie_id
+        self.stopping = stopping
         filer = MarkFiler(UnderreplicationMarks(metadata.client, metadata.root), bookie_id)
-        self.followup = FollowUp(state_dir, filer,
+        mover = Rereplicator(metadata.store, bookie_id, bytes_per_second=copy_bytes_per_second,
+                             stopping=stopping) if rereplicate else None
+        self.followup = FollowUp(state_dir, filer, rereplicator=mover,
                                  repair_command=shlex.split(repair_command) if repair_command else None)
         self._lock = threading.Lock()  # filing and the follow-up cycle never interleave
         self._retries = RateLimitedLog(log, logging.WARNING)  # a round every few seconds while it fails
@@ -60,12 +71,18 @@ class Marking:
             return filed
 
     def follow_up(self, reverify) -> None:
-        """One follow-up cycle over the marks filed; UNREPAIRED findings go to the book."""
+        """One follow-up cycle over the marks filed; UNREPAIRED findings go to the book.
+
+        A cycle starts no new ledger after ``CYCLE_SECONDS``, so new marks are not held back for long
+        behind many moves; the ledgers it did not reach are due first in the next one.
+        """
         with self._lock:
             if not self.metadata.connected:
                 return
+            deadline = time.monotonic() + CYCLE_SECONDS
             try:
-                report = self.followup.run_cycle(self.metadata.store, reverify)
+                report = self.followup.run_cycle(self.metadata.store, reverify,
+                                                 lambda: self.stopping() or time.monotonic() > deadline)
             except (MetadataUnavailable, MarkError, KazooException, OSError) as exc:
                 self._retries.log("follow-up cycle cut short (%s): will retry", exc)
                 return
@@ -73,6 +90,10 @@ class Marking:
             self.book.record(self.ledger_dirs[finding.ledger_id % len(self.ledger_dirs)], [finding])
         for ledger_id, why in report.ended.items():
             self.book.end_ledger(ledger_id, FOLLOWED, f"repair follow-up: {why}")
+
+    def repair_report(self) -> dict:
+        """Not under the cycle's lock: a move can take minutes, /health must answer meanwhile."""
+        return self.followup.report()
 
     def tracked_by_stage(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -32,10 +32,10 @@ from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue, parse_suspe
 from scanner.units import moment_text, rate_text
 from scanner.agent.workcount import CarriedTotal, MeteredPacer
 from scanner.agent.worker import LedgerDirWorker, WorkerSettings
-from scanner.bookie_scan import BookieScanner
 from scanner.checks.findings import Category
 from scanner.metadata.store import MetadataUnavailable
 from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
+from scanner.scan.targeted import BookieScanner
 from scanner.statefile import write_problem
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import LayoutError, discover_layout
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
 MARK_SECONDS = 5.0
 FOLLOW_UP_SECONDS = 3600.0
-HEAL_SECONDS = 5.0
+MOVE_SECONDS = 10.0  # with re-replication, damage is moved within seconds of being marked
 CONNECT_RETRY_SECONDS = 5.0
 STOP_JOIN_SECONDS = 30.0
 
@@ -84,7 +84,6 @@ class Agent:
         self._paused = control.is_paused(self.state_dir)
         self.metadata: CachedMetadata | None = None
         self.marking = None
-        self.healing = None
         self.workers: list[LedgerDirWorker] = []
         self.entries_verified: dict[str, CarriedTotal] = {}
         self._behind: set[str] = set()  # ledger dirs whose pass the configured rate cannot finish in time
@@ -152,17 +151,12 @@ class Agent:
             from scanner.agent.marking import Marking
 
             self.marking = Marking(self.metadata, self.book, self.layout.bookie_id, self.state_dir,
-                                   self.config.repair_command, [str(d) for d in self.layout.ledger_dirs])
+                                   self.config.repair_command, ledger_dirs=[str(d) for d in self.layout.ledger_dirs],
+                                   copy_bytes_per_second=self.config.copy_bytes_per_second
+                                   if self.config.rereplicate else None,
+                                   rereplicate=self.config.rereplicate, stopping=self._stop.is_set)
         else:
             self.book.end_category(Category.UNREPAIRED, "the repair follow-up is off ([repair] mark = false)")
-        if self.config.heal:
-            if self.metadata.client is None:
-                raise StartupError(f"{self.config.source}: [repair] heal needs ZooKeeper metadata, not {self.metadata_uri}")
-            from scanner.agent.healing import Healing
-
-            self.healing = Healing(self.metadata, self.book, self.layout.bookie_id, self.state_dir,
-                                   self.config.heal_entries_per_second)
-            self.registry.register(self.healing)
         return True
 
     def _start_workers(self) -> None:
@@ -199,9 +193,8 @@ class Agent:
         if self.marking is not None:
             add(self.marking.file_pending, "interval", seconds=MARK_SECONDS, id="marks",
                 next_run_time=_now_datetime())
-            add(self._follow_up, "interval", seconds=FOLLOW_UP_SECONDS, id="follow-up")
-        if self.healing is not None:
-            add(self.healing.heal_pending, "interval", seconds=HEAL_SECONDS, id="heal", next_run_time=_now_datetime())
+            add(self._follow_up, "interval", seconds=MOVE_SECONDS if self.config.rereplicate else FOLLOW_UP_SECONDS,
+                id="follow-up")
         if self.notifier.watchdog_interval:
             add(self._watchdog, "interval", seconds=self.notifier.watchdog_interval, id="watchdog",
                 next_run_time=_now_datetime())
@@ -343,7 +336,7 @@ class Agent:
             log.error("reload refused, keeping the running config: %s", exc)
             return
         unchanged = ("bookie_conf", "ledger_dirs", "bookie_id", "metadata_uri", "state_dir", "listen_host",
-                     "listen_port", "mark", "heal", "start_jitter_seconds")
+                     "listen_port", "mark", "rereplicate", "copy_bytes_per_second", "start_jitter_seconds")
         for name in unchanged:
             if getattr(config, name) != getattr(self.config, name):
                 log.warning("reload: %s changed; it takes effect at the next restart", name)
@@ -403,7 +396,10 @@ class Agent:
                 "awaiting": len(self.book.awaiting_marks()) if marking is not None else 0,
                 "filed": marking.filed_ledgers if marking is not None else 0,
                 "tracked": marking.tracked_by_stage() if marking is not None else {},
+                "rereplicate": marking is not None and self.config.rereplicate,
             },
+            "repair": marking.repair_report() if marking is not None else
+            {"following_total": 0, "ended_total": 0, "following": [], "ended": []},
             "period_seconds": self.config.period_seconds,
             "pace": self.config.pace,
             "uptime_seconds": time.time() - self.started,

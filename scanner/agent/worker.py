@@ -5,7 +5,7 @@ waits a random delay of up to ``start_jitter_seconds`` (suspects do not), and ea
 period times a factor in [1 - period_jitter, 1 + period_jitter] after the one before (the factor is
 drawn per bookie, dir and pass, so a restart keeps it).
 
-A pass (``scanner.bookie_pass``) reads the dir's index once (conditions 1-2 for its ledgers), then
+A pass (``scanner.scan.full_pass``) reads the dir's index once (conditions 1-2 for its ledgers), then
 walks its entry logs in id order, each front to back, verifying every digest and the index's
 locations (condition 3). The cursor is saved every ``checkpoint_seconds`` and whenever the worker
 stops, so a restart resumes at the record boundary it saved (the index is then read again).
@@ -28,10 +28,10 @@ from scanner.agent.findingbook import FindingBook
 from scanner.agent.liveness import BeatingMetadata, Heartbeat
 from scanner.agent.schedule import jittered_period
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue
-from scanner.bookie_pass import BookiePass, Stopped
-from scanner.bookie_scan import BookieScanner
 from scanner.checks.findings import Category, Finding
 from scanner.metadata.store import MetadataUnavailable
+from scanner.scan.full_pass import BookiePass, Stopped
+from scanner.scan.targeted import BookieScanner
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size, open_bookie
 from scanner.storage.layout import BookieLayout
 from throttle import Pacer
@@ -269,14 +269,13 @@ class LedgerDirWorker:
 
     def _scan_suspect(self, suspect: Suspect) -> None:
         try:
-            with open_bookie(self.settings.layout, work_dir=self._work_dir()) as storage, \
-                    BookieScanner(storage, self.metadata, self.settings.layout.bookie_id,
-                                  _YieldingPacer(self.suspect_pacer, lambda: False, self.heartbeat)) as scanner:
+            with open_bookie(self.settings.layout, work_dir=self._work_dir()) as storage:
                 if suspect.kind == ENTRY_LOG:
-                    findings = self._scan_suspect_log(scanner, storage, suspect.id)
+                    findings = self._scan_suspect_log(storage, suspect.id)
                 else:
-                    findings = scanner.scan_ledger(suspect.id, verify_digests=True)
-                findings += scanner.orphan_findings()
+                    with BookieScanner(storage, self.metadata, self.settings.layout.bookie_id,
+                                       self._suspect_pacing()) as scanner:
+                        findings = scanner.scan_ledger(suspect.id, verify_digests=True) + scanner.orphan_findings()
         except BaseException:
             self.suspects.release(suspect)
             raise
@@ -293,17 +292,28 @@ class LedgerDirWorker:
         self.suspects_scanned += 1
         log.info("%s: suspect %s %d scanned: %d findings", self.ledger_dir, suspect.kind, suspect.id, len(findings))
 
-    def _scan_suspect_log(self, scanner: BookieScanner, storage: BookieStorage, entry_log_id: int) -> list[Finding]:
+    def _suspect_pacing(self) -> _YieldingPacer:
+        """The suspect pacer, its waits idle by design and its takes progress; a suspect's scan does not yield."""
+        return _YieldingPacer(self.suspect_pacer, lambda: False, self.heartbeat)
+
+    def _scan_suspect_log(self, storage: BookieStorage, entry_log_id: int) -> list[Finding]:
+        """The suspect log walked as a pass walks it, judged on the index as it is then."""
         found: list[Finding] = []
 
         def checkpoint(offset: int, findings: list[Finding]) -> bool:
             found.extend(findings)
             return self._stopping.is_set()
 
-        for log_file in storage.entry_logs():
-            if log_file.ledger_dir_index == self.index and log_file.entry_log_id == entry_log_id:
-                found.extend(scanner.scan_entry_log(log_file, checkpoint=checkpoint))
-        return found
+        with BookiePass(storage, self.metadata, self.settings.layout.bookie_id, self._work_dir(),
+                        lambda: open_bookie(self.settings.layout, work_dir=self._work_dir()),
+                        self._suspect_pacing()) as logs:
+            for log_file in logs.log_files:
+                if log_file.ledger_dir_index == self.index and log_file.entry_log_id == entry_log_id:
+                    try:
+                        found.extend(logs.walk(log_file, checkpoint=checkpoint))
+                    except Stopped:
+                        return found
+            return found + logs.orphan_findings()
 
     # -- the regular pass ---------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import enum
 from dataclasses import dataclass
 from typing import Iterable
@@ -34,6 +35,7 @@ _REREPLICATE = frozenset(
 )
 
 EntryRanges = tuple[tuple[int, int], ...]
+_NO_ENTRY_ABOVE = 2**63  # sorts after every (first, last) with the same first
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +83,9 @@ def to_ranges(entry_ids: Iterable[int]) -> EntryRanges:
 
 def count_in_ranges(ranges: EntryRanges) -> int:
     return sum(last - first + 1 for first, last in ranges)
+
+
+def in_ranges(ranges: EntryRanges, entry_id: int) -> bool:
+    """True when ``entry_id`` lies in one of ``ranges`` (sorted and disjoint, as ``to_ranges`` makes them)."""
+    at = bisect.bisect_right(ranges, (entry_id, _NO_ENTRY_ABOVE)) - 1
+    return at >= 0 and ranges[at][0] <= entry_id <= ranges[at][1]

@@ -34,7 +34,7 @@ def run(args) -> int:
 
 
 def _demo(root: Path, fmt: str) -> int:
-    from scanner.bookie_scan import scan_bookie
+    from scanner.scan.on_demand import scan_bookie
     from scanner.envelope import write_document
     from scanner.metadata.snapshot import SnapshotStore
     from scanner.sample.sample_cluster import build_sample

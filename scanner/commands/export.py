@@ -97,7 +97,7 @@ def _check_writable(output: str) -> None:
 
 
 def _scan_now(args, layout, storage, rate: int | None):
-    from scanner.bookie_scan import scan_bookie
+    from scanner.scan.on_demand import scan_bookie
     from scanner.metadata.store import MetadataUnavailable
     from scanner.progress import ProgressLine
     from throttle import Pacer

@@ -69,7 +69,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from scanner.bookie_scan import ParallelDirs, scan_bookie
+    from scanner.scan.on_demand import ParallelDirs, scan_bookie
     from scanner.cli import UsageError
     from scanner.envelope import write_document
     from scanner.metadata.store import MetadataUnavailable
@@ -92,7 +92,7 @@ def run(args) -> int:
             marks_for(store)  # a usage error before a long scan, not after
         with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
                 open_bookie(layout, work_dir=work_dir) as storage:
-            _check_narrowing(storage, store, args.ledger, args.entry_log)
+            check_narrowing(storage, store, args.ledger, args.entry_log)
             parallel = ParallelDirs(metadata_uri(args, layout), args.jobs, rate)
             report = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger,
                                  entry_logs=args.entry_log, pacer=Pacer(bytes_per_second=rate),
@@ -157,7 +157,7 @@ def give_way() -> None:
         os.setpriority(os.PRIO_PROCESS, 0, GUEST_NICENESS)
 
 
-def _check_narrowing(storage, store, ledgers: list[int] | None, entry_logs: list[int] | None) -> None:
+def check_narrowing(storage, store, ledgers: list[int] | None, entry_logs: list[int] | None) -> None:
     """A UsageError for a ``--ledger`` or ``--entry-log`` that names nothing: "no findings" would mislead."""
     from scanner.cli import UsageError
     from scanner.metadata.ledger import MetadataFormatError

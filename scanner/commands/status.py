@@ -70,9 +70,33 @@ def health_text(health: dict) -> str:
     if marks["enabled"]:
         tracked = ", ".join(f"{k} {v}" for k, v in marks["tracked"].items()) or "none"
         lines.append(f"  marks          {marks['awaiting']} awaiting, {marks['filed']} filed since start; followed: {tracked}")
+    lines.extend(_repair_lines(health["repair"]))
     for scanner in health["scanners"]:
         lines.extend(_scanner_lines(scanner))
     return "\n".join(lines) + "\n"
+
+
+def _repair_lines(repair: dict) -> list[str]:
+    """Where each damaged ledger is in the repair loop, and since when; the ones that ended lately."""
+    from scanner.agent.units import duration_text
+
+    def ago(ms: int) -> str:
+        return duration_text(max(0.0, time.time() - ms / 1000)) + " ago"
+
+    lines = []
+    if repair["following_total"]:
+        lines.append(f"  repairing      {repair['following_total']} damaged ledgers")
+    for row in repair["following"]:
+        last = row["events"][-1] if row["events"] else None
+        step = f"; {last['what']}: {last['detail']}" if last else ""
+        lines.append(f"    ledger {row['ledger_id']} ({row['category']}): {row['stage'].upper()} since "
+                     f"{ago(row['stage_since_ms'])}, found {ago(row['since_ms'])}{step}")
+    if repair["ended_total"]:
+        lines.append(f"  repaired       {repair['ended_total']} lately")
+    for row in repair["ended"][:10]:
+        lines.append(f"    ledger {row['ledger_id']}: ended {ago(row['ended_ms'])}, {duration_text((row['ended_ms'] - row['since_ms']) / 1000)} "
+                     f"after it was found: {row['why']}")
+    return lines
 
 
 def _scanner_lines(scanner: dict) -> list[str]:

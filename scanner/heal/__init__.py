@@ -1,1 +1,2 @@
-"""Heal in place: read a damaged entry's good copy from a peer bookie and give it back to this one."""
+"""The bookie side of a repair, over BookKeeper's own protocol: read verified copies from peers, write them to a
+new bookie (``scanner.repair.rereplicate`` does the ZooKeeper side)."""

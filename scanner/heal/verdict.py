@@ -1,8 +1,8 @@
 """Which kind of damage a bad local copy is, judged from the copies its peers hold. Pure.
 
-- local rot: a peer holds a copy whose digest verifies (and all verifying copies agree): heal with it;
+- local rot: a peer holds a copy whose digest verifies (and all verifying copies agree): copy it;
 - write-path damage: every peer answered, none holds a copy that verifies: the writer sent bad
-  bytes, so there is nothing good to copy and nothing is "healed";
+  bytes, so there is nothing good to copy;
 - divergent replicas: two copies verify but differ: the cluster disagrees with itself; report
   loudly, never pick one;
 - unresolved: no verifying copy could be read and not every peer answered (or none holds the entry):
@@ -49,7 +49,7 @@ class PeerCopy:
 @dataclass(frozen=True, slots=True)
 class Judgement:
     verdict: Verdict
-    good_copy: bytes | None  # the copy to heal with (local rot only)
+    good_copy: bytes | None  # the copy to repair with (local rot only)
     detail: str
 
 

@@ -1,6 +1,6 @@
 """BookKeeper's bookie wire protocol, version 2 (binary), as a small asyncio client.
 
-Two requests are enough to heal: read one entry, and add one entry with the recovery flag (the add
+Two requests are enough to repair: read one entry, and add one entry with the recovery flag (the add
 BookKeeper's own recovery uses: it is accepted on a fenced ledger and needs the ledger's master key).
 Every frame is a 4-byte big-endian length and then the packet; a packet starts with an int holding
 the protocol version (2), the operation and flags. An add carries the 20-byte master key and the

@@ -355,6 +355,47 @@ def _v1_number(text: str, what: str, line_no: int, where: str, bounds: tuple[int
     return int(text)
 
 
+def replace_ensemble_member(data: bytes, first_entry_id: int, old: str, new: str, *, source: str) -> bytes:
+    """The znode bytes ``data`` with ``old`` replaced by ``new`` in the ensemble starting at ``first_entry_id``.
+
+    What BookKeeper's fragment replication writes once it has copied a fragment to a new bookie. Only
+    that member changes: the format version, every other field and any field this scanner does not
+    know are kept as they were. V1 metadata (BookKeeper 4.1 and older) is not rewritten.
+    Raises MetadataFormatError when the bytes do not decode, the ensemble is not there, it lacks
+    ``old``, or already has ``new``.
+    """
+    data = bytes(data)
+    version, offset = _read_header(data, source)
+    msg = LedgerMetadataFormat()
+    if version == 3:
+        size, offset = _read_varint32(data, offset, source)
+        try:
+            msg.ParseFromString(data[offset : offset + size])
+        except _message.DecodeError as exc:
+            raise MetadataFormatError(f"{source}: V3 protobuf at offset {offset} does not decode: {exc}") from None
+    elif version == 2:
+        try:
+            text_format.Parse(data[offset:].decode("utf-8"), msg)
+        except (UnicodeDecodeError, text_format.ParseError) as exc:
+            raise MetadataFormatError(f"{source}: V2 text after offset {offset} does not parse: {exc}") from None
+    else:
+        raise MetadataFormatError(f"{source}: metadata format version {version} is not rewritten (V2 and V3 are)")
+    segment = next((s for s in msg.segment if s.firstEntryId == first_entry_id), None)
+    if segment is None:
+        raise MetadataFormatError(f"{source}: no ensemble starts at entry {first_entry_id}")
+    members = list(segment.ensembleMember)
+    if old not in members:
+        raise MetadataFormatError(f"{source}: the ensemble at entry {first_entry_id} does not name {old}")
+    if new in members:
+        raise MetadataFormatError(f"{source}: the ensemble at entry {first_entry_id} already names {new}")
+    segment.ensembleMember[members.index(old)] = new
+    header = HEADER_PREFIX + str(version).encode() + b"\n"
+    if version == 3:
+        body = msg.SerializeToString()
+        return header + _varint(len(body)) + body
+    return header + text_format.MessageToString(msg).encode("utf-8")
+
+
 def serialize_ledger_metadata(meta: LedgerMetadata, version: int = 3) -> bytes:
     """Encode ``meta`` as BookKeeper writes it in format ``version`` (for tests and demo data).
 

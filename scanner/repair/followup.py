@@ -1,13 +1,26 @@
-"""Following a mark until the damage is really gone.
+"""Following a damaged ledger until its damage is really out of the cluster's way.
 
-A ReplicationWorker checks a marked ledger by reading a few entries per fragment and accepts any
-successful read, without digests: a corrupt but readable copy passes, the worker removes the mark
-and nothing is fixed. So every mark we file is remembered in the scanner's state dir and each cycle
-asks: is it still there (pending)? If it is gone, is the damage still on this bookie, in entries the
-fresh metadata still assigns here? Then the copy is ``unrepaired``: we mark once more, and if that
-mark also vanishes with the damage in place we escalate (counter, ERROR log, and an optional
-operator command run once). Deferred marks of open ledgers are filed once the ledger is closed; a
-deleted ledger, or a fragment that moved to other bookies, ends the follow-up.
+Every ledger this bookie marks is remembered in the scanner's state dir, with a short history of
+what happened to it (found, marked, its mark cleared by a worker, moved, escalated) for the repair
+report of ``status`` and ``/health``; the ones that ended are kept for a while after.
+
+With re-replication (the agent's default when it marks), each cycle moves the damaged fragments
+out of the ledger's ensemble the way BookKeeper's own replicator does (``rereplicate``), holding
+the ledger's under-replication lock so a ReplicationWorker never works on it at the same time: a
+ReplicationWorker reads a few entries per fragment without verifying digests, so a readable corrupt
+copy passes its check and it would clear the mark without changing anything. Before a move the
+ledger is re-verified on this bookie; a ledger deleted, moved on by someone else, or whose damage is
+gone ends the follow-up. A move that cannot be made (no bookie to move to, no verified copy
+anywhere) is escalated at once, one that keeps failing after ``ESCALATE_AFTER_FAILURES`` tries;
+both are tried again, at growing intervals (``RETRY_SECONDS``), and a later success still ends the follow-up.
+
+Without re-replication, marks are left to the workers: is the mark still there (pending)? If it is
+gone, is the damage still on this bookie, in entries the fresh metadata still assigns here? Then
+the copy is ``unrepaired``: we mark once more, and if that mark also vanishes with the damage in
+place we escalate.
+
+Escalating means: a counter, an ERROR line, and the operator's command run once. Deferred marks of
+open ledgers are filed once the ledger is closed.
 """
 
 from __future__ import annotations
@@ -23,29 +36,55 @@ from typing import Callable, Sequence
 from prometheus_client import Counter
 
 from scanner.checks.findings import Category, EntryRanges, Finding, count_in_ranges
+from scanner.heal.journal import RepairJournal
 from scanner.repair.filer import FilingReport, MarkFiler
 from scanner.repair.marks import DamagedMark, UnderreplicationMarks
 from scanner.repair.planner import Action, LedgerPlan, damage_by_ledger, plan_ledger
+from scanner.repair.rereplicate import Attempt, Outcome, Rereplicator
 from scanner.statefile import DamagedStateFile, read_json, write_json
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "repair-followup.json"
-STATE_VERSION = 1
+STATE_VERSION = 2
 DEFAULT_COMMAND_TIMEOUT = 600.0
 OUTPUT_TAIL = 2000
+RETRY_SECONDS = (30.0, 600.0)  # a move that failed, or could not be made, is tried again: first after, at most after
+BUSY_SECONDS = 10.0  # another repairer holds the ledger's lock: ask again after this
+ESCALATE_AFTER_FAILURES = 3  # failed moves (a bookie down, ZooKeeper trouble) before the operator is told
+EVENTS_KEPT = 20  # the newest events of each ledger's history
+ENDED_KEPT = 200  # ended follow-ups kept for the repair report, newest first
+REPORT_ROWS = 100  # rows of each kind the report shows
 
 UNREPAIRED = Counter("bookie_scanner_unrepaired_ledgers",
                      "Times a cleared under-replication mark left this bookie's damaged copy in place")
 ESCALATIONS = Counter("bookie_scanner_repair_escalations",
-                      "Ledgers whose damage survived two cleared marks and were escalated to the operator")
+                      "Ledgers whose damage could not be repaired and were escalated to the operator")
+MOVES = Counter("bookie_scanner_fragments_moved",
+                "Damaged fragments copied (verified) to another bookie and taken out of this bookie's ensemble")
 
 
 class Stage(str, enum.Enum):
     DEFERRED = "deferred"  # not marked yet: the ledger is open, or auto-recovery was disabled
     MARKED = "marked"
-    REMARKED = "remarked"  # the first mark was cleared with the damage still there
-    ESCALATED = "escalated"  # the second mark too: the operator has been told
+    REMARKED = "remarked"  # the first mark was cleared with the damage still there (marks only)
+    ESCALATED = "escalated"  # the operator has been told; a move is still tried again
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One step in a ledger's repair: ``what`` happened at ``at_ms``."""
+
+    at_ms: int
+    what: str  # found, marked, deferred, mark_cleared, reverified, busy, moved, failed, escalated, ended
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return {"at_ms": self.at_ms, "what": self.what, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "Event":
+        return cls(int(obj["at_ms"]), str(obj["what"]), str(obj.get("detail", "")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,35 +116,47 @@ class TrackedMark:
     marked_ms: int | None  # when the current mark was filed
     reason: str
     escalation: Escalation | None = None
+    failures: int = 0  # moves failed in a row
+    next_try_ms: int = 0  # no move before this
+    events: tuple[Event, ...] = ()
 
     def to_json(self) -> dict:
         return {"ledger_id": self.ledger_id, "bookie_id": self.bookie_id,
                 "entries": [list(r) for r in self.entries], "category": self.category.value,
                 "stage": self.stage.value, "since_ms": self.since_ms, "marked_ms": self.marked_ms,
                 "reason": self.reason,
-                "escalation": None if self.escalation is None else self.escalation.to_json()}
+                "escalation": None if self.escalation is None else self.escalation.to_json(),
+                "failures": self.failures, "next_try_ms": self.next_try_ms,
+                "events": [e.to_json() for e in self.events]}
 
     @classmethod
     def from_json(cls, obj: dict) -> "TrackedMark":
         escalation = obj.get("escalation")
         return cls(int(obj["ledger_id"]), obj["bookie_id"], tuple((int(a), int(b)) for a, b in obj["entries"]),
                    Category(obj["category"]), Stage(obj["stage"]), int(obj["since_ms"]), obj.get("marked_ms"),
-                   obj.get("reason", ""), None if escalation is None else Escalation.from_json(escalation))
+                   obj.get("reason", ""), None if escalation is None else Escalation.from_json(escalation),
+                   int(obj.get("failures", 0)), int(obj.get("next_try_ms", 0)),
+                   tuple(Event.from_json(e) for e in obj.get("events", ())))
+
+    def with_event(self, at_ms: int, what: str, detail: str = "") -> "TrackedMark":
+        return replace(self, events=(self.events + (Event(at_ms, what, detail),))[-EVENTS_KEPT:])
 
 
 @dataclass
 class CycleReport:
-    pending: list[int] = field(default_factory=list)  # the mark is still there: a worker has not got to it
+    pending: list[int] = field(default_factory=list)  # the mark is still there / another repairer holds the lock
     waiting: list[int] = field(default_factory=list)  # still deferred (open ledger, auto-recovery disabled)
     filed: list[int] = field(default_factory=list)  # a deferred mark filed now
     remarked: list[int] = field(default_factory=list)
+    moved: list[int] = field(default_factory=list)  # damaged fragments moved to other bookies
     escalated: list[int] = field(default_factory=list)
     ended: dict[int, str] = field(default_factory=dict)  # ledger id -> why the follow-up ended
     findings: list[Finding] = field(default_factory=list)  # UNREPAIRED ones
 
     def to_json(self) -> dict:
         return {"pending": self.pending, "waiting": self.waiting, "filed": self.filed, "remarked": self.remarked,
-                "escalated": self.escalated, "ended": {str(k): v for k, v in sorted(self.ended.items())},
+                "moved": self.moved, "escalated": self.escalated,
+                "ended": {str(k): v for k, v in sorted(self.ended.items())},
                 "findings": [f.to_json() for f in self.findings]}
 
 
@@ -131,36 +182,43 @@ def run_command(argv: Sequence[str], timeout: float) -> Escalation:
 class FollowUp:
     """The marks this bookie filed, and the cycle that follows them (state in ``state_dir``).
 
+    ``rereplicator`` moves damaged fragments to other bookies (None: leave repairs to the workers).
     ``repair_command`` is an argv template with ``{ledger}`` and ``{bookie}``, run at escalation.
     """
 
-    def __init__(self, state_dir: Path, filer: MarkFiler, *,
+    def __init__(self, state_dir: Path, filer: MarkFiler, *, rereplicator: Rereplicator | None = None,
                  repair_command: Sequence[str] | None = None, command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
                  clock: Callable[[], float] = time.time):
         self.path = Path(state_dir) / STATE_FILE
         self.filer = filer
         self.marks: UnderreplicationMarks = filer.marks
         self.bookie_id = filer.bookie_id
+        self.rereplicator = rereplicator
+        self.journal = RepairJournal(state_dir)
         self.repair_command = tuple(repair_command) if repair_command else None
         self.command_timeout = command_timeout
         self.clock = clock
-        self.tracked: dict[int, TrackedMark] = self._load()
+        self.tracked: dict[int, TrackedMark]
+        self.ended: list[dict]  # newest first: {"ledger_id", "why", "ended_ms", "record"}
+        self.tracked, self.ended = self._load()
 
-    def _load(self) -> dict[int, TrackedMark]:
+    def _load(self) -> tuple[dict[int, TrackedMark], list[dict]]:
         state = read_json(self.path)
         if state is None:
-            return {}
+            return {}, []
         try:
-            if state.get("version") != STATE_VERSION:
+            if state.get("version") not in (1, STATE_VERSION):
                 raise DamagedStateFile(f"{self.path}: state version {state.get('version')!r}, expected {STATE_VERSION}")
             records = [TrackedMark.from_json(obj) for obj in state["marks"]]
+            ended = [dict(e, record=TrackedMark.from_json(e["record"]).to_json()) for e in state.get("ended", [])]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DamagedStateFile(f"{self.path}: not a follow-up state file ({exc!r})") from None
-        return {r.ledger_id: r for r in records if r.bookie_id == self.bookie_id}
+        return {r.ledger_id: r for r in records if r.bookie_id == self.bookie_id}, ended[:ENDED_KEPT]
 
     def _save(self) -> None:
         write_json(self.path, {"version": STATE_VERSION,
-                               "marks": [self.tracked[k].to_json() for k in sorted(self.tracked)]})
+                               "marks": [self.tracked[k].to_json() for k in sorted(self.tracked)],
+                               "ended": self.ended})
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -198,25 +256,39 @@ class FollowUp:
         old = self.tracked.get(plan.ledger_id)
         if old is not None and old.stage is stage and old.entries == plan.entries:
             return
-        self.tracked[plan.ledger_id] = TrackedMark(
-            plan.ledger_id, self.bookie_id, plan.entries, plan.categories[0], stage,
-            old.since_ms if old is not None else now, marked_ms, plan.reason)
+        if old is None:
+            record = TrackedMark(plan.ledger_id, self.bookie_id, plan.entries, plan.categories[0], stage, now,
+                                 marked_ms, plan.reason)
+            record = record.with_event(now, "found", f"{', '.join(c.value for c in plan.categories)}: entries "
+                                                     f"{_ranges_text(plan.entries)}")
+        else:
+            record = replace(old, entries=plan.entries, stage=stage, marked_ms=marked_ms, reason=plan.reason)
+        self.tracked[plan.ledger_id] = record.with_event(now, stage.value, plan.reason if stage is Stage.DEFERRED
+                                                         else "under-replication mark filed")
 
     # -- the cycle ----------------------------------------------------------------------------
 
-    def run_cycle(self, store, reverify: Callable[[int], list[Finding]]) -> CycleReport:
-        """Check every tracked ledger once; state is saved after each change.
+    def run_cycle(self, store, reverify: Callable[[int], list[Finding]],
+                  stopping: Callable[[], bool] = lambda: False) -> CycleReport:
+        """Check every tracked ledger that is due once; state is saved after each change.
 
         ``store.ledger(id)`` gives fresh metadata (None: deleted); ``reverify(id)`` re-checks the
         ledger's copies on this bookie, digests included (``BookieScanner.scan_ledger(id, verify_digests=True)``).
         """
         report = CycleReport()
-        for ledger_id in sorted(self.tracked):
+        # The longest due first: a cycle cut short by ``stopping`` leaves the others for the next.
+        for ledger_id in sorted(self.tracked, key=lambda i: (self.tracked[i].next_try_ms, i)):
+            if stopping():
+                break
             record = self.tracked[ledger_id]
+            if self.rereplicator is not None:
+                if record.next_try_ms <= self._now_ms():
+                    self._follow_move(record, store, reverify, report)
+                continue
             if record.stage in (Stage.MARKED, Stage.REMARKED) and self._mark_present(ledger_id):
                 report.pending.append(ledger_id)
                 continue
-            self._follow(record, store, reverify, report)
+            self._follow_marks(record, store, reverify, report)
         return report
 
     def _mark_present(self, ledger_id: int) -> bool:
@@ -226,44 +298,120 @@ class FollowUp:
             log.error("ledger %d: %s", ledger_id, exc)
             return True  # unreadable, but there: workers still see the ledger as marked
 
-    def _follow(self, record: TrackedMark, store, reverify: Callable[[int], list[Finding]],
-                report: CycleReport) -> None:
+    def _current_damage(self, record: TrackedMark, store, reverify, report: CycleReport) -> LedgerPlan | None:
+        """The plan for what is damaged now, or None when the follow-up ended (deleted, moved on, gone)."""
         ledger_id = record.ledger_id
         meta = store.ledger(ledger_id)
         if meta is None:
-            return self._end(ledger_id, "ledger deleted", report)
+            self._end(ledger_id, "ledger deleted", report)
+            return None
         recorded = Finding(record.category, ledger_id, record.entries, None, None, record.reason)
         moved = plan_ledger(ledger_id, [recorded], meta, self.bookie_id)
         if moved.action is Action.SKIP:
-            return self._end(ledger_id, moved.reason, report)
+            self._end(ledger_id, moved.reason, report)
+            return None
         damage = damage_by_ledger(reverify(ledger_id)).get(ledger_id, [])
         if not damage:
-            return self._end(ledger_id, "no damage left on this bookie: repaired", report)
+            self._end(ledger_id, "no damage left on this bookie: repaired", report)
+            return None
         plan = plan_ledger(ledger_id, damage, meta, self.bookie_id)
         if plan.action is Action.SKIP:
-            return self._end(ledger_id, plan.reason, report)
+            self._end(ledger_id, plan.reason, report)
+            return None
+        return plan
+
+    # -- re-replication -------------------------------------------------------------------------
+
+    def _follow_move(self, record: TrackedMark, store, reverify, report: CycleReport) -> None:
+        ledger_id = record.ledger_id
+        if record.stage is not Stage.DEFERRED and not self._mark_present(ledger_id) \
+                and (not record.events or record.events[-1].what != "mark_cleared"):
+            record = self._update(record, self._now_ms(), "mark_cleared",
+                                  "the mark was cleared by another repairer (a ReplicationWorker's check)")
+        plan = self._current_damage(record, store, reverify, report)
+        if plan is None:
+            if ledger_id not in self.tracked:
+                self.marks.clear(ledger_id, self.bookie_id)
+            return
         if plan.action is Action.DEFER:
             report.waiting.append(ledger_id)
-            return self._update(record, entries=plan.entries, stage=Stage.DEFERRED, reason=plan.reason)
+            self._update(record, self._now_ms(), "deferred", plan.reason, entries=plan.entries,
+                         stage=Stage.DEFERRED, reason=plan.reason, once=True)
+            return
+        attempt = self.rereplicator.rereplicate(ledger_id, plan.entries)
+        self._settle(self.tracked[ledger_id], plan, attempt, report)
+
+    def _settle(self, record: TrackedMark, plan: LedgerPlan, attempt: Attempt, report: CycleReport) -> None:
+        ledger_id, now = record.ledger_id, self._now_ms()
+        if attempt.outcome not in (Outcome.BUSY, Outcome.DEFERRED):
+            self.journal.append(attempt.to_json())
+        if attempt.remarked:
+            record = self._update(record, now, "marked", "marked again under the ledger's lock", marked_ms=now)
+        if attempt.outcome.final:
+            if attempt.outcome is Outcome.MOVED:
+                MOVES.inc(len(attempt.moves))
+                report.moved.append(ledger_id)
+                record = self._update(record, now, "moved", attempt.detail)
+            self._end(ledger_id, attempt.detail, report)
+            return
+        if attempt.outcome is Outcome.BUSY:
+            report.pending.append(ledger_id)
+            self._update(record, now, "busy", attempt.detail, once=True, next_try_ms=now + int(BUSY_SECONDS * 1000))
+            return
+        if attempt.outcome is Outcome.DEFERRED:
+            report.waiting.append(ledger_id)
+            self._update(record, now, "deferred", attempt.detail, stage=Stage.DEFERRED, reason=attempt.detail,
+                         once=True)
+            return
+        failures = record.failures + 1
+        retry = min(RETRY_SECONDS[1], RETRY_SECONDS[0] * 2 ** (failures - 1))
+        log.log(logging.ERROR if attempt.outcome is not Outcome.FAILED else logging.WARNING,
+                "ledger %d: damaged copy on %s not moved (%s): %s; trying again in %gs", ledger_id, self.bookie_id,
+                attempt.outcome.value, attempt.detail, retry)
+        record = self._update(record, now, "failed", f"{attempt.outcome.value}: {attempt.detail}", failures=failures,
+                              next_try_ms=now + int(retry * 1000), entries=plan.entries)
+        if attempt.outcome is not Outcome.FAILED or failures >= ESCALATE_AFTER_FAILURES:
+            report.findings.append(self._unrepaired(record, plan, f"it could not be moved to another bookie "
+                                                                  f"({attempt.outcome.value}: {attempt.detail})"))
+            if record.stage is not Stage.ESCALATED:
+                report.escalated.append(ledger_id)
+                self._escalate(record, plan, attempt.detail)
+
+    # -- marks only -----------------------------------------------------------------------------
+
+    def _follow_marks(self, record: TrackedMark, store, reverify, report: CycleReport) -> None:
+        ledger_id = record.ledger_id
+        plan = self._current_damage(record, store, reverify, report)
+        if plan is None:
+            return None
+        if plan.action is Action.DEFER:
+            report.waiting.append(ledger_id)
+            return self._update(record, self._now_ms(), "deferred", plan.reason, entries=plan.entries,
+                                stage=Stage.DEFERRED, reason=plan.reason, once=True)
         if record.stage is Stage.DEFERRED:
             if self._mark(record, plan):
                 report.filed.append(ledger_id)
-                self._update(record, entries=plan.entries, stage=Stage.MARKED, marked_ms=self._now_ms(),
-                             reason=plan.reason)
+                now = self._now_ms()
+                self._update(record, now, "marked", "under-replication mark filed", entries=plan.entries,
+                             stage=Stage.MARKED, marked_ms=now, reason=plan.reason)
             else:
                 report.waiting.append(ledger_id)
             return None
-        report.findings.append(self._unrepaired(record, plan))
+        report.findings.append(self._unrepaired(record, plan, "a ReplicationWorker reads without verifying "
+                                                              "digests, so a readable corrupt copy passes its check"))
         if record.stage is not Stage.ESCALATED:
             UNREPAIRED.inc()
         if record.stage is Stage.MARKED:
+            record = self._update(record, self._now_ms(), "mark_cleared", "the mark was cleared with the damage "
+                                                                          "still there")
             if self._mark(record, plan):
                 report.remarked.append(ledger_id)
-                self._update(record, entries=plan.entries, stage=Stage.REMARKED, marked_ms=self._now_ms(),
-                             reason="first mark cleared with the damage still there")
+                now = self._now_ms()
+                self._update(record, now, "marked", "marked again", entries=plan.entries, stage=Stage.REMARKED,
+                             marked_ms=now, reason="first mark cleared with the damage still there")
         elif record.stage is Stage.REMARKED:
             report.escalated.append(ledger_id)
-            self._escalate(record, plan)
+            self._escalate(record, plan, "two marks cleared, damage remains")
         return None
 
     def _mark(self, record: TrackedMark, plan: LedgerPlan) -> bool:
@@ -275,21 +423,21 @@ class FollowUp:
             return False
         return True
 
-    def _unrepaired(self, record: TrackedMark, plan: LedgerPlan) -> Finding:
+    # -- shared ---------------------------------------------------------------------------------
+
+    def _unrepaired(self, record: TrackedMark, plan: LedgerPlan, why: str) -> Finding:
         ranges = plan.entries
-        detail = (f"the under-replication mark of ledger {record.ledger_id} was cleared, yet "
-                  f"{count_in_ranges(ranges)} entries this bookie must hold are still damaged "
-                  f"({', '.join(c.value for c in plan.categories)}); a ReplicationWorker reads without "
-                  "verifying digests, so a readable corrupt copy passes its check")
+        detail = (f"{count_in_ranges(ranges)} entries of ledger {record.ledger_id} this bookie must hold are still "
+                  f"damaged ({', '.join(c.value for c in plan.categories)}) after the under-replication mark: {why}")
         return Finding(Category.UNREPAIRED, record.ledger_id, ranges, None, None, detail)
 
-    def _escalate(self, record: TrackedMark, plan: LedgerPlan) -> None:
+    def _escalate(self, record: TrackedMark, plan: LedgerPlan, why: str) -> None:
         ESCALATIONS.inc()
-        log.error("ledger %d: damaged copy on %s survived two cleared under-replication marks (entries %s); "
-                  "re-replicate it by other means (see the Repair section of the README)",
-                  record.ledger_id, self.bookie_id, _ranges_text(plan.entries))
+        log.error("ledger %d: damaged copy on %s cannot be repaired by the scanner (entries %s): %s; "
+                  "see the Repair section of the README", record.ledger_id, self.bookie_id,
+                  _ranges_text(plan.entries), why)
         # Saved before running: a crash must not run the operator's command a second time.
-        self._update(record, entries=plan.entries, stage=Stage.ESCALATED, reason="two marks cleared, damage remains")
+        record = self._update(record, self._now_ms(), "escalated", why, entries=plan.entries, stage=Stage.ESCALATED)
         if self.repair_command is None:
             return
         argv = expand_command(self.repair_command, record.ledger_id, self.bookie_id)
@@ -297,19 +445,55 @@ class FollowUp:
         level = logging.INFO if outcome.exit_status == 0 else logging.ERROR
         log.log(level, "ledger %d: repair command %s: exit status %s%s", record.ledger_id, argv,
                 outcome.exit_status, f" ({outcome.error})" if outcome.error else "")
-        self._update(self.tracked[record.ledger_id], escalation=outcome)
+        self._update(self.tracked[record.ledger_id], self._now_ms(), "command",
+                     f"exit status {outcome.exit_status}", escalation=outcome)
 
-    def _update(self, record: TrackedMark, **changes) -> None:
+    def _update(self, record: TrackedMark, now: int, what: str, detail: str, *, once: bool = False,
+                **changes) -> TrackedMark:
+        """``record`` with ``changes`` and the event appended (``once``: not when it is the last event already)."""
         updated = replace(record, **changes)
+        last = record.events[-1] if record.events else None
+        if not (once and last is not None and (last.what, last.detail) == (what, detail)):
+            updated = updated.with_event(now, what, detail)
         if updated != record:
             self.tracked[record.ledger_id] = updated
             self._save()
+        return updated
 
     def _end(self, ledger_id: int, why: str, report: CycleReport) -> None:
         report.ended[ledger_id] = why
         log.info("ledger %d: follow-up ended: %s", ledger_id, why)
-        del self.tracked[ledger_id]
+        now = self._now_ms()
+        record = self.tracked.pop(ledger_id).with_event(now, "ended", why)
+        self.ended = ([{"ledger_id": ledger_id, "why": why, "ended_ms": now, "record": record.to_json()}]
+                      + self.ended)[:ENDED_KEPT]
         self._save()
+
+    # -- the repair report ----------------------------------------------------------------------
+
+    def report(self, limit: int = REPORT_ROWS) -> dict:
+        """Where each damaged ledger is in the loop and since when, and the ones that ended lately.
+
+        At most ``limit`` rows of each (the ones that changed last); the totals say how many there are.
+        """
+        tracked, ended = list(self.tracked.values()), list(self.ended)  # copies: a cycle may run meanwhile
+        newest = sorted(tracked, key=_stage_since, reverse=True)[:limit]
+        return {"following_total": len(tracked), "ended_total": len(ended),
+                "following": [self._report_row(r) for r in sorted(newest, key=lambda r: r.ledger_id)],
+                "ended": [dict(self._report_row(TrackedMark.from_json(e["record"])), why=e["why"],
+                               ended_ms=e["ended_ms"]) for e in ended[:limit]]}
+
+    @staticmethod
+    def _report_row(record: TrackedMark) -> dict:
+        return {"ledger_id": record.ledger_id, "stage": record.stage.value, "category": record.category.value,
+                "entries": [list(r) for r in record.entries], "since_ms": record.since_ms,
+                "stage_since_ms": _stage_since(record), "failures": record.failures,
+                "next_try_ms": record.next_try_ms or None, "events": [e.to_json() for e in record.events]}
+
+
+def _stage_since(record: TrackedMark) -> int:
+    """When the ledger reached its current step: its newest event's time."""
+    return record.events[-1].at_ms if record.events else record.since_ms
 
 
 def _ranges_text(ranges: EntryRanges) -> str:

@@ -3,8 +3,9 @@
 A mark is the persistent znode ``<root>/underreplication/ledgers/<h1>/<h2>/<h3>/<h4>/urL<%010d id>``
 holding ``UnderreplicatedLedgerFormat`` in protobuf text: the bookies whose copies are bad, then the
 mark time in ms. Marking creates it (and its parents); if it exists this bookie is merged into its
-replica list with a versioned set. Locks (``underreplication/locks/*``) belong to ReplicationWorkers:
-they are read for listing, never written.
+replica list with a versioned set. Once this bookie's damaged copies are out of the ledger's ensembles
+the bookie is taken off the mark again, as a ReplicationWorker does when it has repaired a ledger.
+Locks (``underreplication/locks/*``) are read here for listing; ``ledger_lock`` takes them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from google.protobuf import text_format
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from scanner.metadata.proto.data_formats_pb2 import LockDataFormat, UnderreplicatedLedgerFormat
@@ -81,6 +82,17 @@ def mark_path(root: str, ledger_id: int) -> str:
 
 def lock_path(root: str, ledger_id: int) -> str:
     return f"{underreplication_path(root)}/locks/urL{ledger_id:010d}"
+
+
+def lock_holder_name(raw: bytes) -> str:
+    """Who holds a lock, from its znode's ``LockDataFormat`` text (what is there when it is not that)."""
+    text = bytes(raw).decode("utf-8", errors="replace")
+    msg = LockDataFormat()
+    try:
+        text_format.Parse(text, msg)
+    except text_format.ParseError:
+        return text
+    return msg.bookieId
 
 
 def encode_mark(data: MarkData) -> bytes:
@@ -227,19 +239,52 @@ class UnderreplicationMarks:
             return None
         return decode_mark(raw, path)
 
+    def clear(self, ledger_id: int, bookie_id: str) -> bool:
+        """Take ``bookie_id`` off the ledger's mark once its copies no longer need re-replication.
+
+        As a ReplicationWorker does when it has repaired a ledger: a mark naming only this bookie is
+        deleted (with the version read, so a mark renewed meanwhile stays), then its empty hex
+        levels; a mark naming others too keeps them. Returns True when the mark no longer names the
+        bookie (or is gone). Call it holding the ledger's lock (``LedgerLock``).
+        """
+        path = mark_path(self.root, ledger_id)
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                raw, stat = self.client.get(path)
+            except NoNodeError:
+                return True
+            data = decode_mark(raw, path)
+            if bookie_id not in data.replicas:
+                return True
+            rest = tuple(r for r in data.replicas if r != bookie_id)
+            try:
+                if rest:
+                    self.client.set(path, encode_mark(MarkData(rest, data.ctime)), stat.version)
+                else:
+                    self.client.delete(path, stat.version)
+                    self._remove_empty_levels(path)
+                return True
+            except BadVersionError:
+                continue  # marked again meanwhile: read what it says now
+            except NoNodeError:
+                return True
+        raise MarkingFailed(f"{path}: still contended after {MAX_ATTEMPTS} attempts")
+
+    def _remove_empty_levels(self, path: str) -> None:
+        for _ in range(4):
+            path = path.rsplit("/", 1)[0]
+            try:
+                self.client.delete(path)
+            except (NotEmptyError, NoNodeError):
+                return  # another ledger's mark shares this level, or it is gone already
+
     def lock_holder(self, ledger_id: int) -> str | None:
         """The host of the ReplicationWorker holding the ledger's lock ("" if it wrote none), or None."""
-        path = lock_path(self.root, ledger_id)
         try:
-            raw, _ = self.client.get(path)
+            raw, _ = self.client.get(lock_path(self.root, ledger_id))
         except NoNodeError:
             return None
-        msg = LockDataFormat()
-        try:
-            text_format.Parse(bytes(raw).decode("utf-8", errors="replace"), msg)
-        except text_format.ParseError:
-            return raw.decode("utf-8", errors="replace")  # listing only: show what is there
-        return msg.bookieId
+        return lock_holder_name(raw)
 
     def marked_ledgers(self) -> list[int]:
         """Every marked ledger id, ascending (walks the hex levels like the workers do)."""

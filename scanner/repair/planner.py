@@ -10,6 +10,7 @@ append to would move it away from the writer's ensemble and can lose entries the
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -58,7 +59,7 @@ def plan_ledger(ledger_id: int, damage: list[Finding], meta: LedgerMetadata | No
     """The decision for one ledger's re-replication findings against its fresh metadata."""
     order = list(Category)
     categories = tuple(sorted({f.category for f in damage}, key=order.index))
-    damaged = _merge([r for f in damage for r in f.entries])
+    damaged = merge_ranges([r for f in damage for r in f.entries])
     if meta is None:
         return LedgerPlan(ledger_id, Action.SKIP, damaged, categories, "ledger deleted: nothing to re-replicate")
     held: list[tuple[int, int]] = []
@@ -75,12 +76,34 @@ def plan_ledger(ledger_id: int, damage: list[Finding], meta: LedgerMetadata | No
     if not held:
         return LedgerPlan(ledger_id, Action.SKIP, damaged, categories,
                           f"{bookie_id} no longer holds these entries: the ensemble moved on")
-    entries = _merge(held)
+    entries = merge_ranges(held)
     if in_open_fragment:
         return LedgerPlan(ledger_id, Action.DEFER, entries, categories,
                           f"ledger is {meta.state.name} and the damage is in its last fragment: "
                           "marked once the ledger is closed")
     return LedgerPlan(ledger_id, Action.MARK, entries, categories, "damaged copies this bookie must hold")
+
+
+def damaged_fragments(meta: LedgerMetadata, bookie_id: str, damaged: EntryRanges) -> list[Fragment]:
+    """The fragments of ``meta`` in which ``bookie_id`` must hold at least one of the ``damaged`` entries."""
+    found = []
+    for fragment in meta.fragments():
+        index = fragment.bookie_index(bookie_id)
+        if index is None:
+            continue
+        spans = (_clip(fragment, first, last) for first, last in damaged)
+        if any(span is not None and _holds_any(fragment, index, *span) for span in spans):
+            found.append(fragment)
+    return found
+
+
+def replacement_order(ledger_id: int, fragment: Fragment, writable: Iterable[str]) -> list[str]:
+    """The writable bookies outside ``fragment``'s ensemble, in the order to try them as its new member.
+
+    The order is a hash of ledger, fragment and bookie: stable across retries, spread across bookies.
+    """
+    outside = [b for b in writable if b not in fragment.bookies]
+    return sorted(outside, key=lambda b: hashlib.sha1(f"{ledger_id}:{fragment.first_entry_id}:{b}".encode()).digest())
 
 
 def _clip(fragment: Fragment, first: int, last: int) -> tuple[int, int] | None:
@@ -94,7 +117,8 @@ def _holds_any(fragment: Fragment, index: int, first: int, last: int) -> bool:
     return any(fragment.holds(index, e) for e in range(first, min(last, first + fragment.ensemble_size - 1) + 1))
 
 
-def _merge(ranges: Iterable[tuple[int, int]]) -> EntryRanges:
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> EntryRanges:
+    """Sorted, disjoint ranges covering ``ranges`` (which may overlap or touch)."""
     out: list[tuple[int, int]] = []
     for first, last in sorted(ranges):
         if out and first <= out[-1][1] + 1:

@@ -19,11 +19,9 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple
 
-from crc32c import crc32c
-
-from scanner.storage.entry import DigestType, DigestVerifier, METADATA_LENGTH
+from scanner.storage.entry import METADATA_LENGTH
 from scanner.storage.pagecache import CHUNK_SIZE, PageCacheGuest
 
 FINGERPRINT = b"BKLO"
@@ -43,9 +41,8 @@ MIN_RECORD_LENGTH = 16
 PACE_INTERVAL = 1 << 20
 # How often the walk lets go of the page-cache pages it fetched and has walked past.
 RELEASE_INTERVAL = 32 << 20
-_NO_MORE = 1 << 64  # past every location pos
-_CRC32C_DIGEST = struct.Struct(">I")
-_INLINE_CRC32C = object()
+LENGTH_PREFIX = 4  # a record: its length (4 bytes), then the stored entry, which starts with ledgerId, entryId
+RECORD_START_SIZE = LENGTH_PREFIX + 16  # the length prefix and the ids: what framing a record needs
 
 _HEADER = struct.Struct(">4siqi")
 _LENGTH = struct.Struct(">i")
@@ -182,57 +179,6 @@ class Record(NamedTuple):
     entry: memoryview
 
 
-class DigestFailure(NamedTuple):
-    ledger_id: int
-    entry_id: int
-    pos: int
-    reason: str
-    indexed: bool = False  # the index points at this very record (else a stale copy compaction left behind)
-
-
-class IndexedRecordFault(NamedTuple):
-    """A location the index holds that the walk did not find to be a record of that entry."""
-
-    pos: int
-    ledger_id: int
-    entry_id: int
-    lost: bool  # True: no record there (gone, cut, unreadable, not a record boundary); False: another entry's
-    reason: str
-    found_ledger_id: int | None = None  # whose record the walk found there instead, when it found one
-
-
-class ExpectedRecords(NamedTuple):
-    """The index's locations into one log below ``end``, ascending by ``pos``: parallel sequences (``array('Q')``).
-
-    A walk takes them as consecutive windows, so a log's locations need not be in memory at once.
-    """
-
-    pos: Sequence[int]
-    ledger_ids: Sequence[int]
-    entry_ids: Sequence[int]
-    end: int = _NO_MORE
-
-
-class WalkStats:
-    """Counters of the latest walk, kept current at every pace call and when the walk ends or is left.
-
-    The entry counters and ``ledger_bytes`` are filled by :meth:`EntryLog.verify_records` only.
-    """
-
-    __slots__ = ("entries_verified", "entries_skipped", "entries_failed", "bytes_scanned", "ledger_bytes")
-
-    def __init__(self):
-        self.entries_verified = 0
-        self.entries_skipped = 0  # records of ledgers without a verifier (unknown to the metadata)
-        self.entries_failed = 0
-        self.bytes_scanned = 0
-        self.ledger_bytes: dict[int, int] = {}  # ledger id -> bytes of its records walked, length prefixes included
-
-    @property
-    def ledgers_seen(self):
-        return self.ledger_bytes.keys()
-
-
 # --- the reader ------------------------------------------------------------------------------
 
 
@@ -247,8 +193,6 @@ class EntryLog:
         self.entry_log_id = entry_log_id
         self.max_entry_size = max_entry_size
         self.problems: list[EntryLogError] = []
-        self.stats = WalkStats()
-        self.index_faults: list[IndexedRecordFault] = []  # of the latest walk given ``expected``
         self.valid_end: int | None = None  # where the last complete walk found the end of valid data
         self._reported: set[tuple[type, int | None]] = set()
         self._ledgers_map: dict[int, int] | None = None
@@ -381,26 +325,49 @@ class EntryLog:
 
     # --- walking the records ---
 
-    def records(self, start: int | None = None, pace: Callable[[int], object] | None = None) -> Iterator[Record]:
+    @property
+    def records_end(self) -> int:
+        """Where the record region ends: the ledgers map's offset, or the end of the file as opened."""
+        return self._records_end
+
+    def records(self, start: int | None = None, pace: Callable[[int], object] | None = None,
+                pace_interval: int = PACE_INTERVAL, reuse_buffer: bool = False) -> Iterator[Record]:
         """Every data record from ``start`` (offset of a length prefix; default the first record).
 
         Stops at the ledgers map, at zero fill (end of valid data) or at damage, which goes to
-        :attr:`problems`. ``pace(nbytes)`` is called about every MiB walked and at the end.
+        :attr:`problems`; a walk that got there sets :attr:`valid_end`. ``pace(nbytes)`` is called at a
+        record boundary about every ``pace_interval`` bytes walked, and at the end. With ``reuse_buffer``
+        a record's bytes hold only until the next record is asked for (one buffer serves every chunk).
         """
-        return self._walk(self._start(start), pace, None, ())
+        cursor = self.cursor(start, pace, pace_interval, reuse_buffer)
+        return iter(()) if cursor is None else self._records(cursor)
 
-    def verify_records(self, verifier_for: Callable[[int], DigestVerifier | None], start: int | None = None,
-                       pace: Callable[[int], object] | None = None,
-                       expected: Iterable[ExpectedRecords] = (),
-                       pace_interval: int = PACE_INTERVAL) -> Iterator[DigestFailure]:
-        """Walk as :meth:`records` does, verify each entry's digest, and yield only the failures.
+    def _records(self, cursor: "RecordCursor") -> Iterator[Record]:
+        pos = cursor.pos
+        try:
+            while True:
+                if pos >= cursor.next_stop:
+                    cursor.pace_to(pos)
+                record = self._regular_record(cursor, pos)
+                if record is None:
+                    following = self.judge_irregular(pos)
+                    if following is None:
+                        break
+                    pos = following
+                    continue
+                yield record
+                pos = record.pos + len(record.entry)
+            cursor.finish(pos)
+        finally:
+            cursor.release_all()
 
-        ``verifier_for(ledger_id)`` is asked once per ledger per walk; ``None`` means "unknown
-        ledger": its records are counted in ``stats.entries_skipped``. With ``expected`` (the index's
-        locations into this log from ``start`` on), each is matched against the record the walk finds
-        there; what does not match goes to :attr:`index_faults`, complete once the walk has ended.
-        """
-        return self._walk(self._start(start), pace, verifier_for, expected, pace_interval)
+    def cursor(self, start: int | None, pace: Callable[[int], object] | None = None,
+               pace_interval: int = PACE_INTERVAL, reuse_buffer: bool = False) -> "RecordCursor | None":
+        """A front-to-back walk's view of the file from ``start`` (see :meth:`records`); None when the log has
+        no readable header (nothing to walk)."""
+        self.valid_end = None
+        first = self._start(start)
+        return None if first is None else RecordCursor(self, first, pace, pace_interval, reuse_buffer)
 
     def _start(self, start: int | None) -> int | None:
         if start is not None and start < LEGACY_HEADER_SIZE:
@@ -409,203 +376,90 @@ class EntryLog:
             return None
         return self.header.data_start if start is None else start
 
-    def _walk(self, start, pace, verifier_for, expected: Iterable[ExpectedRecords],
-              pace_interval: int = PACE_INTERVAL) -> Iterator:
-        self.stats = stats = WalkStats()
-        self.valid_end = None
-        self.index_faults = index_faults = []
-        windows = iter(expected)
-        if start is None:
-            self._unreached(windows, None, 0, "the log has no readable header")
-            return
-        # Everything the loop touches is bound to locals: this is the scanner's hot path.
-        end = self._records_end
-        max_length = self.max_entry_size
-        min_length = METADATA_LENGTH
-        unpack_start = _RECORD_START.unpack_from
-        unpack_crc = _CRC32C_DIGEST.unpack_from
-        verifying = verifier_for is not None
-        verifiers: dict[int, DigestVerifier | None] = {}
-        checks: dict[int, Callable[[memoryview], bool] | None] = {}
-        ledger_bytes = stats.ledger_bytes
-        window = ExpectedRecords((), (), (), 0)
-        exp_pos, exp_ledgers, exp_entries, window_end = window
-        exp_count = j = 0
-        next_exp = window_end
-        verified = skipped = failed = 0
-        run_ledger, run_bytes, check = -1, 0, None  # the ledger of the current run of records, its bytes so far
-        pos = paced = start
-        next_stop = start + pace_interval
-        next_release = start + RELEASE_INTERVAL
-        guest = self._guest
-        # Verifying, nothing keeps a view of a chunk past the next one: one buffer serves them all.
-        buffer = bytearray(min(CHUNK_SIZE, max(0, end - start))) if verifying else None
-        chunk_base, chunk = start, memoryview(b"")
-        chunk_length = 0
-        try:
-            while True:
-                if pos >= next_stop:
-                    stats.entries_verified, stats.entries_skipped, stats.entries_failed = verified, skipped, failed
-                    stats.bytes_scanned = pos - start
-                    if run_bytes:
-                        ledger_bytes[run_ledger] = ledger_bytes.get(run_ledger, 0) + run_bytes
-                        run_bytes = 0
-                    if pace is not None:
-                        pace(pos - paced)
-                    paced = pos
-                    if pos >= next_release:
-                        guest.release(pos)
-                        next_release = pos + RELEASE_INTERVAL
-                    next_stop = pos + pace_interval
-                at = pos - chunk_base
-                body = pos + 4
-                if at + 20 <= chunk_length:
-                    length, ledger_id, entry_id = unpack_start(chunk, at)
-                    following = body + length
-                    if min_length <= length <= max_length and following <= end and ledger_id >= 0 and entry_id >= 0:
-                        if following - chunk_base > chunk_length:
-                            if buffer is not None and following - pos > len(buffer):
-                                buffer = bytearray(following - pos)  # a record larger than a chunk
-                            chunk_base, chunk = pos, self._chunk(guest, pos, max(CHUNK_SIZE, following - pos), end,
-                                                                 buffer)
-                            chunk_length = len(chunk)
-                            if following - chunk_base > chunk_length:
-                                following = self._irregular_record(pos, end)  # the file shrank under us
-                                if following is None:
-                                    break
-                                pos = following
-                            continue
-                        indexed = False
-                        while body >= next_exp:
-                            if j >= exp_count:  # this window is done: the next one
-                                window = next(windows, None) or ExpectedRecords((), (), ())
-                                exp_pos, exp_ledgers, exp_entries, window_end = window
-                                exp_count, j = len(exp_pos), 0
-                            elif next_exp < body:  # the index points inside the previous record
-                                index_faults.append(IndexedRecordFault(
-                                    next_exp, exp_ledgers[j], exp_entries[j], True,
-                                    f"location pos {next_exp} is not the start of a record"))
-                                j += 1
-                            elif exp_ledgers[j] == ledger_id and exp_entries[j] == entry_id:
-                                indexed = True
-                                j += 1
-                            else:
-                                index_faults.append(IndexedRecordFault(
-                                    body, exp_ledgers[j], exp_entries[j], False,
-                                    f"the record at pos {body} is ledger {ledger_id} entry {entry_id}", ledger_id))
-                                j += 1
-                            next_exp = exp_pos[j] if j < exp_count else window_end
-                        pos = following
-                        if verifying:
-                            if ledger_id != run_ledger:  # records of one ledger mostly come in runs
-                                if run_bytes:
-                                    ledger_bytes[run_ledger] = ledger_bytes.get(run_ledger, 0) + run_bytes
-                                run_ledger, run_bytes = ledger_id, 0
-                                check = checks.get(ledger_id, False)
-                                if check is False:
-                                    verifier = verifiers[ledger_id] = verifier_for(ledger_id)
-                                    check = checks[ledger_id] = _check_of(verifier)
-                            run_bytes += length + 4
-                            if check is None:
-                                skipped += 1
-                            elif check is _INLINE_CRC32C:  # most ledgers: the digest is computed right here
-                                if length >= 36 and crc32c(chunk[at + 40:following - chunk_base],
-                                                           crc32c(chunk[at + 4:at + 36])) == unpack_crc(chunk, at + 36)[0]:
-                                    verified += 1
-                                else:
-                                    failed += 1
-                                    reason = _failure_reason(verifiers[ledger_id], length)
-                                    yield DigestFailure(ledger_id, entry_id, body, reason, indexed)
-                            elif check(chunk[at + 4:following - chunk_base]):
-                                verified += 1
-                            else:
-                                failed += 1
-                                reason = _failure_reason(verifiers[ledger_id], length)
-                                yield DigestFailure(ledger_id, entry_id, body, reason, indexed)
-                        else:
-                            yield Record(body, ledger_id, entry_id, chunk[at + 4:following - chunk_base])
-                        continue
-                elif pos + 20 <= end and chunk_base + chunk_length < end:
-                    chunk_base, chunk = pos, self._chunk(guest, pos, CHUNK_SIZE, end, buffer)
-                    chunk_length = len(chunk)
-                    if chunk_length >= 20:
-                        continue
-                following = self._irregular_record(pos, end)
-                if following is None:
-                    break
-                pos = following
-            self.valid_end = pos
-            if pace is not None and pos > paced:
-                pace(pos - paced)
-            self._unreached(windows, window, j, self._why_unreached(pos))
-        finally:  # also when the consumer stops early: the counters stay true
-            stats.entries_verified, stats.entries_skipped, stats.entries_failed = verified, skipped, failed
-            stats.bytes_scanned = pos - start
-            if run_bytes:
-                ledger_bytes[run_ledger] = ledger_bytes.get(run_ledger, 0) + run_bytes
-            guest.release_all()
+    def _regular_record(self, cursor: "RecordCursor", pos: int) -> Record | None:
+        """The record at ``pos`` when its framing and ids are plausible and it lies whole in the file, else None."""
+        head = cursor.span(pos, RECORD_START_SIZE)
+        if head is None:
+            return None
+        chunk, at = head
+        length, ledger_id, entry_id = _RECORD_START.unpack_from(chunk, at)
+        if not (METADATA_LENGTH <= length <= self.max_entry_size and ledger_id >= 0 and entry_id >= 0
+                and pos + LENGTH_PREFIX + length <= self._records_end):
+            return None
+        whole = cursor.span(pos, LENGTH_PREFIX + length)
+        if whole is None:
+            return None  # the file shrank under the walk
+        chunk, at = whole
+        body = at + LENGTH_PREFIX
+        return Record(pos + LENGTH_PREFIX, ledger_id, entry_id, chunk[body:body + length])
 
-    def _chunk(self, guest: PageCacheGuest, pos: int, length: int, end: int, into: bytearray | None) -> memoryview:
+    def read_chunk(self, pos: int, length: int, into: bytearray | None) -> memoryview:
+        """Up to ``length`` bytes of the record region from ``pos``, read ahead as a walk reads (empty on a read
+        error, which goes to :attr:`problems`)."""
+        length = min(length, self._records_end - pos)
         try:
-            return guest.read(pos, min(length, end - pos), ahead=True, into=into)
+            return self._guest.read(pos, length, ahead=True, into=into)
         except OSError as exc:
             self._report(UnreadableEntryLog(self.path, self.entry_log_id, pos,
-                                            f"read of {min(length, end - pos)} bytes failed: {exc.strerror}"))
+                                            f"read of {length} bytes failed: {exc.strerror}"))
             return memoryview(b"")
 
-    def _why_unreached(self, valid_end: int) -> str:
-        later = [p for p in self.problems if p.offset is not None and p.offset >= valid_end - 4]
-        if later:
-            return f"the walk of the log stopped at offset {valid_end}: {later[0].detail}"
-        return f"past the end of the log's records at offset {valid_end}"
+    def release_behind(self, pos: int) -> None:
+        """Let go of the page-cache pages this reader fetched below ``pos`` (a walk is past them)."""
+        self._guest.release(pos)
 
-    def _unreached(self, windows: Iterator[ExpectedRecords], current: ExpectedRecords | None, first: int,
-                   reason: str) -> None:
-        """Every expected record from ``current[first]`` on is beyond where the walk ended."""
-        for window in ([current] if current is not None else []) + list(windows):
-            for k in range(first, len(window.pos)):
-                self.index_faults.append(IndexedRecordFault(window.pos[k], window.ledger_ids[k],
-                                                            window.entry_ids[k], True, reason))
-            first = 0
+    def release_all(self) -> None:
+        self._guest.release_all()
 
-    def _irregular_record(self, pos: int, end: int) -> int | None:
-        """Judge what the fast path rejected: where the walk goes on, or ``None`` to stop."""
-        header = self.header
-        if pos >= end:
+    def judge_irregular(self, pos: int) -> int | None:
+        """Judge the record at ``pos`` that the regular path (:meth:`records`) rejected: where the walk goes on,
+        or ``None`` to stop there. What is wrong goes to :attr:`problems`."""
+        if pos >= self._records_end:
             return None
         try:
-            head = self._pread(pos, 20)
+            head = self._pread(pos, RECORD_START_SIZE)
         except UnreadableEntryLog as error:
             self._report(error)
             return None
-        size = min(self.size, pos + len(head)) if len(head) < 20 else self.size  # the file may have shrunk
-        if len(head) < 4:
-            if not (header.direct and head[:1] == bytes([PADDING_BYTE])):
-                self._report(TruncatedRecord(self.path, self.entry_log_id, pos, None, size, None, None))
+        if len(head) < LENGTH_PREFIX:
+            if not (self.header.direct and head[:1] == bytes([PADDING_BYTE])):
+                self._report(TruncatedRecord(self.path, self.entry_log_id, pos, None, min(self.size, pos + len(head)),
+                                             None, None))
             return None
         (length,) = _LENGTH.unpack_from(head, 0)
         if length == 0:
-            if end != self.size:
-                self._report(UnexpectedZeroFill(self.path, self.entry_log_id, pos,
-                                                f"zeros where records must continue up to the ledgers map at {end}"))
+            if self._records_end != self.size:
+                self._report(UnexpectedZeroFill(self.path, self.entry_log_id, pos, "zeros where records must "
+                                                f"continue up to the ledgers map at {self._records_end}"))
             return None  # zero fill: the end of valid data
         if length < 0:
-            if header.direct and head[0] == PADDING_BYTE and pos % DIRECT_BLOCK_SIZE:
-                return min(pos - pos % DIRECT_BLOCK_SIZE + DIRECT_BLOCK_SIZE, end)
-            if header.direct:
-                self._report(InvalidRecordLength(self.path, self.entry_log_id, pos, length,
-                                                 "negative, and not 0xF0 padding inside a 4096-byte block"))
-            else:
-                self._report(UnexpectedPadding(self.path, self.entry_log_id, pos,
-                                               f"negative length {length} (padding) in a file without "
-                                               f"DirectEntryLogger's header block"))
-            return None
+            return self._past_padding(pos, head, length)
+        return self._past_framed(pos, head, length)
+
+    def _past_padding(self, pos: int, head: bytes, length: int) -> int | None:
+        """A negative length: DirectEntryLogger's padding to the end of its 4 KiB block, or damage."""
+        if self.header.direct and head[0] == PADDING_BYTE and pos % DIRECT_BLOCK_SIZE:
+            return min(pos - pos % DIRECT_BLOCK_SIZE + DIRECT_BLOCK_SIZE, self._records_end)
+        if self.header.direct:
+            self._report(InvalidRecordLength(self.path, self.entry_log_id, pos, length,
+                                             "negative, and not 0xF0 padding inside a 4096-byte block"))
+        else:
+            self._report(UnexpectedPadding(self.path, self.entry_log_id, pos, f"negative length {length} (padding) "
+                                           "in a file without DirectEntryLogger's header block"))
+        return None
+
+    def _past_framed(self, pos: int, head: bytes, length: int) -> int | None:
+        """A positive length: stop where it cannot be trusted, step over a framed record that is not an entry."""
+        end = self._records_end
         if length > self.max_entry_size:
             self._report(InvalidRecordLength(self.path, self.entry_log_id, pos, length,
                                              f"larger than the largest entry a bookie accepts ({self.max_entry_size})"))
             return None
-        ids = _RECORD_START.unpack_from(head, 0)[1:] if len(head) >= 20 else (None, None)
-        if pos + 4 + length > min(end, size) or (len(head) < 20 and pos + 20 <= end):
+        whole_head = len(head) == RECORD_START_SIZE
+        size = self.size if whole_head else min(self.size, pos + len(head))  # the file may have shrunk
+        ids = _RECORD_START.unpack_from(head, 0)[1:] if whole_head else (None, None)
+        following = pos + LENGTH_PREFIX + length
+        if following > min(end, size) or (not whole_head and pos + RECORD_START_SIZE <= end):
             if end == self.size or size < self.size:
                 self._report(TruncatedRecord(self.path, self.entry_log_id, pos, length, size, *ids))
             else:
@@ -617,13 +471,13 @@ class EntryLog:
             return None
         ledger_id, entry_id = ids
         if ledger_id == INVALID_LEDGER_ID:
-            return pos + 4 + length  # a ledgers-map batch or DirectEntryLogger's dummy record
+            return following  # a ledgers-map batch or DirectEntryLogger's dummy record
         if ledger_id < 0 or entry_id < 0:
             detail = "negative ids never reach an entry log"
         else:
             detail = f"length {length} is shorter than the {METADATA_LENGTH}-byte entry header"
         self._report(BadRecordHeader(self.path, self.entry_log_id, pos, ledger_id, entry_id, detail))
-        return pos + 4 + length  # the framing is intact: step over it
+        return following  # the framing is intact: step over it
 
     # --- reading one entry by location ---
 
@@ -633,16 +487,17 @@ class EntryLog:
         Raises :class:`MissingEntry`, :class:`InvalidRecordLength`, :class:`WrongEntry`,
         :class:`TruncatedRecord` or :class:`UnreadableEntryLog` (all :class:`EntryLogError`).
         """
-        prefix = pos - 4
+        prefix = pos - LENGTH_PREFIX
         if prefix < LEGACY_HEADER_SIZE:
             raise MissingEntry(self.path, self.entry_log_id, prefix,
                                f"location pos {pos} (ledger {ledger_id} entry {entry_id}) lies inside the "
                                f"file header; records start at {LEGACY_HEADER_SIZE}")
-        head = self._pread(prefix, 20) if prefix + 20 <= self.size else b""
-        if len(head) < 20:
+        head = self._pread(prefix, RECORD_START_SIZE) if prefix + RECORD_START_SIZE <= self.size else b""
+        if len(head) < RECORD_START_SIZE:
             raise MissingEntry(self.path, self.entry_log_id, prefix,
                                f"location pos {pos} (ledger {ledger_id} entry {entry_id}): its length prefix "
-                               f"and ids need bytes {prefix}..{prefix + 20}, past the end of the file ({self.size})")
+                               f"and ids need bytes {prefix}..{prefix + RECORD_START_SIZE}, past the end of the file "
+                               f"({self.size})")
         length, found_ledger, found_entry = _RECORD_START.unpack(head)
         if length < MIN_RECORD_LENGTH or length > self.max_entry_size:
             raise InvalidRecordLength(self.path, self.entry_log_id, prefix, length,
@@ -663,19 +518,62 @@ class EntryLog:
             self.problems.append(error)
 
 
-def _check_of(verifier: DigestVerifier | None):
-    """How the walk checks a ledger's records: not at all, inline (CRC32C), or through the verifier."""
-    if verifier is None:
-        return None
-    plain = type(verifier) is DigestVerifier  # not a wrapper that must see every entry itself
-    return _INLINE_CRC32C if plain and verifier.digest_type is DigestType.CRC32C else verifier.verify
+class RecordCursor:
+    """Where a front-to-back walk of one log is: the chunk of the file it reads records from, and its pacing.
 
+    ``pos`` is where the walk starts; ``next_stop`` the record boundary from which :meth:`pace_to` is due.
+    """
 
-def _failure_reason(verifier: DigestVerifier, length: int) -> str:
-    if length < verifier.min_length:
-        return (f"entry of {length} bytes is shorter than its header and "
-                f"{verifier.digest_type.name} digest ({verifier.min_length})")
-    return f"{verifier.digest_type.name} digest mismatch"
+    __slots__ = ("pos", "next_stop", "_log", "_end", "_pace", "_interval", "_paced", "_next_release", "_reuse",
+                 "_buffer", "_base", "_chunk")
+
+    def __init__(self, entry_log: EntryLog, first: int, pace: Callable[[int], object] | None, pace_interval: int,
+                 reuse_buffer: bool):
+        self.pos = first
+        self.next_stop = first + pace_interval
+        self._log = entry_log
+        self._end = entry_log.records_end
+        self._pace = pace
+        self._interval = pace_interval
+        self._paced = first
+        self._next_release = first + RELEASE_INTERVAL
+        self._reuse = reuse_buffer
+        self._buffer: bytearray | None = None
+        self._base = first
+        self._chunk = memoryview(b"")
+
+    def span(self, pos: int, length: int) -> tuple[memoryview, int] | None:
+        """The chunk holding bytes [pos, pos + length) and where they start in it, read when the current chunk
+        does not hold them; None when the record region (or the file, if it shrank) ends before."""
+        at = pos - self._base
+        if at >= 0 and at + length <= len(self._chunk):
+            return self._chunk, at
+        if pos + length > self._end:
+            return None
+        size = min(max(CHUNK_SIZE, length), self._end - pos)
+        if self._reuse and (self._buffer is None or len(self._buffer) < size):
+            self._buffer = bytearray(size)  # the first chunk, or a record larger than a chunk
+        self._base, self._chunk = pos, self._log.read_chunk(pos, size, self._buffer)
+        return (self._chunk, 0) if len(self._chunk) >= length else None
+
+    def pace_to(self, pos: int) -> None:
+        """At the record boundary ``pos``: pay ``pace`` for the bytes walked since the last call, and let go of the
+        page-cache pages the walk fetched and is past."""
+        if self._pace is not None and pos > self._paced:
+            self._pace(pos - self._paced)
+        self._paced = pos
+        if pos >= self._next_release:
+            self._log.release_behind(pos)
+            self._next_release = pos + RELEASE_INTERVAL
+        self.next_stop = pos + self._interval
+
+    def finish(self, pos: int) -> None:
+        """The walk reached ``pos``, where the log's valid records end."""
+        self._log.valid_end = pos
+        self.pace_to(pos)
+
+    def release_all(self) -> None:
+        self._log.release_all()
 
 
 def _open_read_only(path: str, entry_log_id: int) -> int:

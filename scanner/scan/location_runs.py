@@ -22,7 +22,7 @@ from array import array
 from pathlib import Path
 from typing import Iterator
 
-from scanner.storage.entrylog import ExpectedRecords
+from scanner.scan.walker import ExpectedRecords
 from scanner.storage.location import arrow_view, uint64_array
 
 RUN_ENTRIES = 1 << 18  # locations sorted in memory at once: 6 MiB of arrays

@@ -24,34 +24,37 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
+import struct
+from array import array
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterator
 
-from scanner.bookie_scan import BookieScanner, OrphanTrace, Pacer, ScanTotals, Unpaced, orphan_findings
 from scanner.checks.entry_log_check import judge_entry_log
 from scanner.checks.findings import Category, Finding
 from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults
-from scanner.ledger_table import LedgerTable
-from scanner.location_runs import LocationRuns
 from scanner.metadata.store import LedgerRead
+from scanner.scan.ledger_table import LedgerTable
+from scanner.scan.location_runs import LocationRuns
+from scanner.scan.orphans import OrphanTrace, orphan_findings
+from scanner.scan.pacing import Pacer, Unpaced
+from scanner.scan.targeted import BookieScanner, verifier_of
+from scanner.scan.totals import ScanTotals
+from scanner.scan.walker import PythonWalk, walk_records
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size
 from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entry import DigestVerifier
-from scanner.storage.entrylog import PACE_INTERVAL, EntryLog, EntryLogError, MissingEntryLog, TruncatedRecord
+from scanner.storage.entrylog import (LENGTH_PREFIX, PACE_INTERVAL, EntryLog, EntryLogError, MissingEntryLog,
+                                     TruncatedRecord)
 from scanner.storage.journal import pending_entries
 
 log = logging.getLogger(__name__)
 
 METADATA_BATCH = 500  # ledgers whose metadata is read in one pipelined round
 BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metadata is read
-
-
-@dataclass
-class PassTotals(ScanTotals):
-    journaled: int = 0  # entries the index lacked that the journal holds unflushed (not missing)
+_ENTRY_ID = struct.Struct(">8xq")  # a stored entry starts with its ledgerId, then its entryId
 
 
 class _Recording:
@@ -67,7 +70,7 @@ class _Recording:
         self.min_length = verifier.min_length if verifier else 0
 
     def verify(self, entry: memoryview) -> bool:
-        self.entries.add(int.from_bytes(entry[8:16], "big"))
+        self.entries.add(_ENTRY_ID.unpack_from(entry)[0])
         return self._verifier is None or self._verifier.verify(entry)
 
 
@@ -75,11 +78,28 @@ class Stopped(Exception):
     """A walk ended early at the caller's request (its ``checkpoint`` said so)."""
 
 
+@dataclass
+class _LogWalk:
+    """One walk of one log: what it found that is not judged yet, and how far judging has got."""
+
+    log_file: EntryLogFile
+    entry_log: EntryLog
+    walk: PythonWalk
+    whole: bool  # walked from its first record (so its ledgers map can be checked)
+    faults: dict[int, list[RecordFault]] = field(default_factory=lambda: defaultdict(list))
+    drained: int = 0  # index faults of the walk already among ``faults``
+    judged: int = 0  # problems of the log already judged
+    held: list[EntryLogError] = field(default_factory=list)  # cut records: judged when the walk has ended
+
+
 class BookiePass:
     """One full pass over what ``dir_index`` owns (None: the whole bookie).
 
     A ledger dir owns the ledgers ``L mod dirs == dir_index`` (as DbLedgerStorage places them; for
     `.idx` storage it is just a fair split) for conditions 1 and 2, and the entry logs in it.
+
+    Without :meth:`read_index`, :meth:`walk` checks chosen logs alone (``scan --entry-log``, suspect logs): there
+    is no index to join, so every record that fails is judged on the index as it is when confirmed.
     """
 
     def __init__(self, storage: BookieStorage, store, bookie_id: str, scratch: Path | None,
@@ -87,20 +107,21 @@ class BookiePass:
         self.storage = storage
         self.store = store
         self.bookie_id = bookie_id
+        self.scratch = scratch
         self.reopen = reopen  # a fresh view of the bookie's index (a RocksDB view is a snapshot)
         self.pacer = pacer or Unpaced()
         self.dir_index = dir_index
         self.dir_count = len(storage.layout.ledger_dirs)
-        self.totals = PassTotals()
+        self.totals = ScanTotals()
         self.table = LedgerTable()
-        self.runs = LocationRuns(scratch)
+        self.runs: LocationRuns | None = None  # the index's locations, once it is read
         self.undecodable: set[int] = set()
         self.index_problem: str | None = None  # why the index stopped reading part-way, if it did
         self.log_files = self._own_logs()  # the logs of this pass, listed once, id order
         self._own_log_ids = {f.entry_log_id for f in self.log_files}
         self.vanished: set[int] = set()  # listed logs that were gone when their turn came
         self.changed: set[int] = set()  # logs truncated or replaced while they were walked
-        self._orphans: dict[int, OrphanTrace] = defaultdict(OrphanTrace)
+        self.orphans: dict[int, OrphanTrace] = defaultdict(OrphanTrace)
         self._absent: set[int] = set()  # ledgers met in the logs that the metadata does not have
         self._unindexed: dict[int, _Recording] = {}  # placed on this bookie by the metadata, not in the index
         self._unlisted: dict[int, DigestVerifier | None] = {}  # ledgers only the logs named, read once
@@ -108,7 +129,8 @@ class BookiePass:
         self._reported: dict[int, set[int]] = defaultdict(set)  # entries already in a finding, per ledger
 
     def close(self) -> None:
-        self.runs.close()
+        if self.runs is not None:
+            self.runs.close()
 
     def __enter__(self) -> "BookiePass":
         return self
@@ -139,6 +161,7 @@ class BookiePass:
     # -- 1. the index -------------------------------------------------------------------------
 
     def read_index(self) -> None:
+        self.runs = LocationRuns(self.scratch)
         index = self.storage.indexed_ledgers(self.dir_index)
         try:
             while batch := _next_batch(index):
@@ -164,12 +187,12 @@ class BookiePass:
             return
         if entry_ids is None:  # the ledger's own index does not read: judged at the end, with its logged records
             if owned and read.meta is not None:
-                self._unindexed[ledger_id] = _Recording(_verifier_of(read.meta))
+                self._unindexed[ledger_id] = _Recording(verifier_of(read.meta))
                 self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
             return
         if read.meta is None:
             if owned:
-                self._orphans[ledger_id].indexed = len(entry_ids)
+                self.orphans[ledger_id].indexed = len(entry_ids)
         else:
             self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
             if owned and not _holds_every_entry(read.meta, self.bookie_id, entry_ids):
@@ -182,8 +205,6 @@ class BookiePass:
 
     def _into_own_logs(self, entry_ids, raw_locations):
         # `.idx` storage spreads one id space of logs over all ledger dirs: keep the locations into ours.
-        from array import array
-
         keep = [i for i, raw in enumerate(raw_locations) if raw >> 32 in self._own_log_ids]
         if len(keep) == len(raw_locations):
             return entry_ids, raw_locations
@@ -194,7 +215,7 @@ class BookiePass:
     def read_cluster(self) -> None:
         """Ledgers the metadata places on this bookie that the index does not have (condition 1)."""
         ids = (i for i in self.store.ledger_ids()
-               if self.owns_ledger(i) and i not in self.table and i not in self._orphans and i not in self._recheck
+               if self.owns_ledger(i) and i not in self.table and i not in self.orphans and i not in self._recheck
                and i not in self.undecodable and i not in self._unindexed)
         while batch := list(islice(ids, METADATA_BATCH)):
             for read in self.store.ledger_batch(batch):
@@ -202,7 +223,7 @@ class BookiePass:
                     self._undecodable(read.ledger_id, read.error)
                 elif read.meta is not None and judge_ledger(read.meta, self.bookie_id,
                                                             LedgerEvidence(read.ledger_id, None)):
-                    self._unindexed[read.ledger_id] = _Recording(_verifier_of(read.meta))
+                    self._unindexed[read.ledger_id] = _Recording(verifier_of(read.meta))
                     self.totals.ledgers_checked += 1
 
     def judge_index(self) -> list[Finding]:
@@ -233,41 +254,10 @@ class BookiePass:
         with entry_log:
             self.totals.entry_logs_scanned += 1
             first = start if start is not None else (entry_log.header.data_start if entry_log.header else 0)
-            faults: dict[int, list[RecordFault]] = defaultdict(list)
-            drained = judged = 0
-            held: list[EntryLogError] = []  # cut records: judged when the walk has ended (a torn tail or not)
+            expected = () if self.runs is None else self.runs.windows(log_file.entry_log_id, first)
+            state = _LogWalk(log_file, entry_log, walk_records(entry_log, self._verifier_for, expected, start),
+                             whole=start is None)
             reached = first
-
-            def settle_so_far(final: bool) -> list[Finding]:
-                nonlocal drained, judged
-                for fault in entry_log.index_faults[drained:]:
-                    faults[fault.ledger_id].append(RecordFault(
-                        fault.entry_id, log_file.entry_log_id, fault.pos, fault.lost, fault.reason))
-                drained = len(entry_log.index_faults)
-                # The index expects a record right where the log's data stops: the data was cut there.
-                cut = entry_log.valid_end is not None and any(
-                    f.offset == entry_log.valid_end + 4 for ledger_faults in faults.values() for f in ledger_faults)
-                found = self._confirm(sorted(faults), faults) if faults else []
-                faults.clear()
-                lost_here = [f for f in found if f.category is Category.LOST_ENTRY and f.entry_log == log_file.entry_log_id]
-                map_problems = []
-                if final and start is None and entry_log.valid_end is not None:
-                    map_problems = self._ledgers_map_problems(entry_log)  # reading the map may add to problems
-                problems = entry_log.problems[judged:]
-                judged = len(entry_log.problems)
-                held.extend(p for p in problems if isinstance(p, TruncatedRecord))
-                problems = [p for p in problems if not isinstance(p, TruncatedRecord)]
-                if final:
-                    problems += held + map_problems
-                    if lost_here and cut and not problems:
-                        problems.append(EntryLogError(
-                            entry_log.path, entry_log.entry_log_id, entry_log.valid_end,
-                            f"the log's records end at offset {entry_log.valid_end}, where the index expects more: "
-                            "its data was cut there"))
-                if problems:
-                    active = not lost_here and self.storage.is_active_log(log_file, entry_log.header_has_map)
-                    found += judge_entry_log(log_file.entry_log_id, problems, active)
-                return found
 
             def pace(n: int) -> None:
                 nonlocal reached
@@ -275,19 +265,10 @@ class BookiePass:
                 reached += n
                 if progress:
                     progress.advance(n)
-                if checkpoint is not None and checkpoint(reached, settle_so_far(False)):
+                if checkpoint is not None and checkpoint(reached, self._settle(state, final=False)):
                     raise Stopped
 
-            try:
-                for failure in entry_log.verify_records(self._verifier_for, start=start, pace=pace,
-                                                        expected=self.runs.windows(log_file.entry_log_id, first),
-                                                        pace_interval=pace_interval):
-                    if failure.indexed:
-                        faults[failure.ledger_id].append(RecordFault(
-                            failure.entry_id, log_file.entry_log_id, failure.pos, False, failure.reason))
-            finally:
-                self.totals.entries_verified += entry_log.stats.entries_verified
-                self.totals.bytes_scanned += entry_log.stats.bytes_scanned
+            self._walk_records(state, pace, pace_interval)
             if entry_log.changed_since_open():
                 # Truncated or replaced under the walk (no bookie does that to a log it still indexes): what
                 # the walk saw of it is no evidence. The next pass walks it again.
@@ -295,24 +276,84 @@ class BookiePass:
                             log_file.entry_log_id, entry_log.size)
                 self.changed.add(log_file.entry_log_id)
                 return []
-            misread = {f.found_ledger_id for f in entry_log.index_faults if f.found_ledger_id is not None}
-            for ledger_id in entry_log.stats.ledger_bytes:
-                if ledger_id in self._absent and ledger_id not in misread and self.owns_ledger(ledger_id):
-                    self._orphans[ledger_id].logs.add(log_file.entry_log_id)
-                recording = self._unindexed.get(ledger_id)
-                if recording is not None:
-                    recording.logs.add(log_file.entry_log_id)
-            found = settle_so_far(True)
+            self._note_ledgers_seen(state)
+            found = self._settle(state, final=True)
         if progress and entry_log.size > reached:
             progress.advance(entry_log.size - reached)
         return found
 
-    def _ledgers_map_problems(self, entry_log: EntryLog) -> list[EntryLogError]:
+    def _walk_records(self, state: _LogWalk, pace: Callable[[int], None], pace_interval: int) -> None:
+        """Walk the log's records; those whose digest fails are faults when the index points at them (or, with no
+        index read, when confirmation finds it does)."""
+        walk, entry_log_id = state.walk, state.log_file.entry_log_id
+        try:
+            for failure in walk.failures(pace, pace_interval):
+                if failure.indexed or self.runs is None:
+                    state.faults[failure.ledger_id].append(
+                        RecordFault(failure.entry_id, entry_log_id, failure.pos, False, failure.reason))
+        finally:
+            self.totals.entries_verified += walk.stats.entries_verified
+            self.totals.bytes_scanned += walk.stats.bytes_scanned
+
+    def _note_ledgers_seen(self, state: _LogWalk) -> None:
+        """The logs that hold records of deleted ledgers (orphans) and of ledgers the index lacks."""
+        entry_log_id = state.log_file.entry_log_id
+        misread = {f.found_ledger_id for f in state.walk.index_faults if f.found_ledger_id is not None}
+        for ledger_id in state.walk.stats.ledgers_seen:
+            if ledger_id in self._absent and ledger_id not in misread and self.owns_ledger(ledger_id):
+                self.orphans[ledger_id].logs.add(entry_log_id)
+            recording = self._unindexed.get(ledger_id)
+            if recording is not None:
+                recording.logs.add(entry_log_id)
+
+    def _settle(self, state: _LogWalk, final: bool) -> list[Finding]:
+        """The confirmed findings about what the walk has passed since the last settling (all of it when ``final``)."""
+        entry_log, entry_log_id = state.entry_log, state.log_file.entry_log_id
+        index_faults = state.walk.index_faults
+        for fault in index_faults[state.drained:]:
+            state.faults[fault.ledger_id].append(RecordFault(fault.entry_id, entry_log_id, fault.pos, fault.lost,
+                                                             fault.reason))
+        state.drained = len(index_faults)
+        # The index expects a record right where the log's data stops: the data was cut there.
+        cut = entry_log.valid_end is not None and any(
+            f.offset == entry_log.valid_end + LENGTH_PREFIX for faults in state.faults.values() for f in faults)
+        found = self._confirm(sorted(state.faults), state.faults) if state.faults else []
+        state.faults.clear()
+        lost_here = [f for f in found if f.category is Category.LOST_ENTRY and f.entry_log == entry_log_id]
+        problems = self._file_problems(state, final, cut_where_index_expects_more=bool(lost_here) and cut)
+        if problems:
+            active = not lost_here and self.storage.is_active_log(state.log_file, entry_log.header_has_map)
+            found += judge_entry_log(entry_log_id, problems, active)
+        return found
+
+    def _file_problems(self, state: _LogWalk, final: bool, cut_where_index_expects_more: bool) -> list[EntryLogError]:
+        """The log's file-level damage found since the last settling; a cut record only once the walk has ended
+        (the torn tail of the log being written, or damage)."""
+        entry_log = state.entry_log
+        map_problems = []
+        if final and state.whole and entry_log.valid_end is not None:
+            map_problems = self._ledgers_map_problems(state)  # reading the map may add to problems
+        problems = entry_log.problems[state.judged:]
+        state.judged = len(entry_log.problems)
+        state.held.extend(p for p in problems if isinstance(p, TruncatedRecord))
+        problems = [p for p in problems if not isinstance(p, TruncatedRecord)]
+        if not final:
+            return problems
+        problems += state.held + map_problems
+        if cut_where_index_expects_more and not problems:
+            problems.append(EntryLogError(
+                entry_log.path, entry_log.entry_log_id, entry_log.valid_end,
+                f"the log's records end at offset {entry_log.valid_end}, where the index expects more: "
+                "its data was cut there"))
+        return problems
+
+    def _ledgers_map_problems(self, state: _LogWalk) -> list[EntryLogError]:
         """The map BookKeeper's garbage collector trusts, against what the walk of the whole log saw."""
+        entry_log = state.entry_log
         listed = entry_log.ledgers_map()
         if listed is None:
             return []
-        seen = entry_log.stats.ledger_bytes
+        seen = state.walk.stats.ledger_bytes
         wrong = sorted({ledger_id for ledger_id, _ in set(listed.items()) ^ set(seen.items())})
         if not wrong:
             return []
@@ -341,7 +382,7 @@ class BookiePass:
         elif read.meta is None:
             self._absent.add(ledger_id)
         else:
-            verifier = self._unlisted[ledger_id] = _verifier_of(read.meta)
+            verifier = self._unlisted[ledger_id] = verifier_of(read.meta)
         return verifier
 
     # -- 4. the end of the pass ---------------------------------------------------------------
@@ -352,7 +393,7 @@ class BookiePass:
         records), orphans."""
         faults: dict[int, list[RecordFault]] = defaultdict(list)
         walked = {f.entry_log_id for f in self.log_files} - set(vanished) - self.vanished
-        for entry_log_id in self.runs.entry_log_ids():
+        for entry_log_id in self.runs.entry_log_ids() if self.runs is not None else ():
             if entry_log_id in walked:
                 continue
             for window in self.runs.windows(entry_log_id):
@@ -360,7 +401,11 @@ class BookiePass:
                     faults[ledger_id].append(RecordFault(
                         entry_id, entry_log_id, pos, True, f"entry log {entry_log_id} was not there to walk"))
         findings = self._confirm(sorted(set(faults) | set(self._unindexed)), faults, with_index=set(self._unindexed))
-        return findings + orphan_findings(self._orphans)
+        return findings + self.orphan_findings()
+
+    def orphan_findings(self) -> list[Finding]:
+        """Informational findings for the ledgers the metadata no longer has."""
+        return orphan_findings(self.orphans)
 
     # -- confirmation -------------------------------------------------------------------------
 
@@ -393,8 +438,8 @@ class BookiePass:
             self._undecodable(ledger_id, read.error)
             return []
         if read.meta is None:
-            if ledger_id in self._orphans:
-                self._orphans[ledger_id].unreadable += sum(1 for f in faults if f.lost)
+            if ledger_id in self.orphans:
+                self.orphans[ledger_id].unreadable += sum(1 for f in faults if f.lost)
             return []  # deleted: its leftovers are garbage collection's
         findings = []
         if with_index:
@@ -449,8 +494,11 @@ class BookiePass:
             if location is None:
                 continue  # no longer indexed: the ledger check says whether it is missing
             again = scanner.check_record(ledger_id, fault.entry_id, location, verifier)
-            if again is not None:  # a digest failure keeps the walk's words; a lost record the precise reason
-                confirmed.append(fault if not (fault.lost or again.lost) else again)
+            if again is None:
+                continue
+            moved = (location.entry_log_id, location.pos) != (fault.entry_log, fault.offset)
+            # The same record failing its digest again keeps the walk's words; else the record read now speaks.
+            confirmed.append(again if moved or fault.lost or again.lost else fault)
         return tuple(confirmed)
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -459,12 +507,6 @@ class BookiePass:
         if ledger_id not in self.undecodable:
             log.warning("ledger %d not judged: %s", ledger_id, error)
             self.undecodable.add(ledger_id)
-
-
-def _verifier_of(meta) -> DigestVerifier | None:
-    if meta.digest_type is None:
-        return None
-    return DigestVerifier(meta.digest_type, meta.password or b"")
 
 
 def _entries(finding: Finding) -> Iterator[int]:

@@ -1,0 +1,125 @@
+"""``bookie-scanner repair``: move a bookie's damaged fragments to other bookies, as BookKeeper's replicator does."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from scanner.commands import values
+from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
+from scanner.commands.output import add_format_option
+
+DESCRIPTION = """\
+Scan the bookie (or only --ledger), then for every ledger with lost, corrupt or missing entries
+that this bookie must still hold, move the fragments holding them out of this bookie, the way
+BookKeeper's own LedgerFragmentReplicator (and `bookkeeper shell recover`) does:
+  - take the ledger's under-replication lock, so no ReplicationWorker works on it meanwhile;
+  - copy this bookie's share of each damaged fragment to a writable bookie outside its ensemble,
+    every copy read from a peer, its digest verified against the ledger metadata, added with the
+    recovery flag, read back and compared;
+  - put the new bookie in this bookie's place in that fragment's ensemble (compare-and-set on the
+    ledger's metadata), and take this bookie off the ledger's under-replication mark.
+Clients are never sent to the damaged copy again; nothing is written to this bookie or deleted
+(its garbage collector drops the old copy once no ensemble names it). A copy added beside a damaged
+one would not last: the bookie's read-ahead and compaction bring the damaged record back.
+Only closed ledgers are moved; damage in an open ledger's last fragment waits until it is closed.
+Moves that cannot be made are reported: no_target (no bookie outside the ensemble), no_good_copy
+(no copy verifies anywhere: the writer's bytes, or replicas that disagree), busy (another repairer
+holds the lock), failed (a bookie did not answer: try again).
+
+A DRY RUN by default: it checks that a verified copy of each damaged entry and a new bookie are
+there. --no-dry-run moves, and needs the live metadata (zk://...).
+
+Exit status: 0 every damaged ledger moved (or movable, in a dry run) or nothing to do, 1 anything
+else, 2 usage.
+"""
+
+EPILOG = """\
+examples:
+  bookie-scanner repair --bookie-conf /opt/bookkeeper/conf/bk_server.conf --ledger 1234
+  bookie-scanner repair --bookie-conf bk_server.conf --no-dry-run --state-dir /var/lib/bookie-scanner
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "repair", help="move a bookie's damaged fragments to other bookies (dry run by default)",
+        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_bookie_options(parser)
+    add_metadata_option(parser)
+    parser.add_argument("--ledger", metavar="ID", type=values.ledger_id, action="append",
+                        help="scan and repair only this ledger (repeatable; default: scan the whole bookie)")
+    parser.add_argument("--dry-run", action=argparse.BooleanOptionalAction, default=True,
+                        help="check what would be moved, write nothing (default); --no-dry-run moves")
+    parser.add_argument("--copy-rate", metavar="BYTES_PER_SEC", type=values.rate, default=20_000_000,
+                        help="copy at most this many bytes per second (default: 20000000; 0 = unlimited)")
+    parser.add_argument("--timeout", metavar="SECONDS", type=float, default=10.0,
+                        help="give a bookie this long to answer one request (default: 10)")
+    parser.add_argument("--state-dir", metavar="DIR", type=Path,
+                        help="record every attempt in DIR/repairs.jsonl")
+    add_format_option(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from scanner.cli import UsageError
+    from scanner.commands.scan import check_narrowing
+    from scanner.envelope import envelope, write_document
+    from scanner.heal.journal import RepairJournal
+    from scanner.metadata.store import MetadataUnavailable
+    from scanner.metadata.zookeeper import ZooKeeperStore
+    from scanner.repair.planner import damage_by_ledger, merge_ranges
+    from scanner.repair.rereplicate import Outcome, Rereplicator
+    from scanner.scan.on_demand import scan_bookie
+    from scanner.storage.bookie import open_bookie
+
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
+    journal = None
+    if args.state_dir is not None:
+        try:
+            args.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot use --state-dir {args.state_dir}: {exc.strerror or exc}") from None
+        journal = RepairJournal(args.state_dir)
+    layout = bookie_layout(args)
+    store = metadata_store(args, layout)
+    try:
+        if not isinstance(store, ZooKeeperStore):
+            raise UsageError("repair needs the live metadata (zk://...): a dump may name a deleted ledger or an "
+                             "old ensemble, and moving a fragment changes the ledger's metadata")
+        with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
+                open_bookie(layout, work_dir=work_dir) as storage:
+            check_narrowing(storage, store, args.ledger, None)
+            findings = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger).findings
+        mover = Rereplicator(store, layout.bookie_id, bytes_per_second=args.copy_rate, timeout=args.timeout)
+        attempts = []
+        for ledger_id, damage in sorted(damage_by_ledger(findings).items()):
+            entries = merge_ranges([r for f in damage for r in f.entries])
+            attempt = mover.rereplicate(ledger_id, entries, dry_run=args.dry_run)
+            if journal is not None and not args.dry_run:
+                journal.append(attempt.to_json())
+            attempts.append(attempt)
+    except MetadataUnavailable as exc:
+        raise UsageError(f"metadata became unavailable: {exc}") from None
+    finally:
+        store.close()
+    done = {Outcome.WOULD_MOVE if args.dry_run else Outcome.MOVED, Outcome.NOT_NEEDED}
+    if args.format == "json":
+        write_document(envelope("repair_report", {"bookie_id": layout.bookie_id, "dry_run": args.dry_run,
+                                                  "attempts": [a.to_json() for a in attempts]}))
+    else:
+        sys.stdout.write(_text(layout.bookie_id, args.dry_run, attempts))
+    return 0 if all(a.outcome in done for a in attempts) else 1
+
+
+def _text(bookie_id: str, dry_run: bool, attempts) -> str:
+    mode = "dry run: nothing written" if dry_run else "moving damaged fragments"
+    lines = [f"repair of bookie {bookie_id} ({mode})"]
+    for a in attempts:
+        lines.append(f"  ledger {a.ledger_id}: {a.outcome.value}: {a.detail}")
+    if not attempts:
+        lines.append("  nothing to repair: no lost, corrupt or missing entries")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,297 @@
+"""Moving a damaged copy out of a ledger's ensemble: BookKeeper's own repair, for damage only a digest sees.
+
+A copy added next to a bad one does not last: the bookie keeps the bad record in its entry log, its
+read-ahead (DbLedgerStorage) serves it to a reader coming from the entry before, and compaction
+copies it and points the index back at it. A repair lasts only when no client is sent to the bad
+copy any more, which is what BookKeeper's LedgerFragmentReplicator (and ``bookkeeper shell recover``)
+do: copy the fragment to a bookie outside its ensemble, then put that bookie in place of the old
+one in the ledger's metadata. A ReplicationWorker does it only for fragments it cannot read; a
+readable corrupt copy passes its check. So the scanner does it itself, the same way:
+
+1. take the ledger's under-replication lock (``ledger_lock``): a worker or a bookie's GC holding it
+   means "later"; holding it keeps them off the ledger meanwhile;
+2. read the ledger's metadata fresh; plan the fragments that place damaged entries on this bookie
+   (deleted ledger, or a bookie no longer in them: nothing to do); a ledger's open last fragment
+   waits until the ledger is closed;
+3. make sure the ledger's mark names this bookie (so a crash leaves it marked for a worker);
+4. per fragment, pick a writable bookie outside its ensemble and copy this bookie's share to it,
+   every copy verified (``scanner.heal.fragment_copy``);
+5. replace this bookie by the new one in that fragment's ensemble, a compare-and-set on the ledger
+   znode's version, only while the lock is still ours; someone who replaced it first wins;
+6. take this bookie off the mark, as a worker does when it has repaired a ledger; release the lock.
+
+Nothing is written to this bookie, nothing is deleted: the old copy stays in its files until its
+garbage collector finds the ledger no longer names the bookie there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from scanner.checks.findings import EntryRanges, in_ranges
+from scanner.heal.fragment_copy import CopyFailed, CopyProblem, FragmentCopier
+from scanner.heal.pool import BookiePool
+from scanner.metadata.ledger import (
+    Fragment,
+    LedgerMetadata,
+    MetadataFormatError,
+    parse_ledger_metadata,
+    replace_ensemble_member,
+)
+from scanner.metadata.ledger_paths import ledger_path
+from scanner.repair.ledger_lock import LedgerLock, LockBusy
+from scanner.repair.marks import UnderreplicationMarks
+from scanner.repair.planner import damaged_fragments, replacement_order
+
+log = logging.getLogger(__name__)
+
+TARGETS_TRIED = 3  # new bookies tried per fragment when one does not answer
+MAX_METADATA_ATTEMPTS = 16
+CONNECTIONS_PER_BOOKIE = 4
+
+
+class Outcome(str, enum.Enum):
+    MOVED = "moved"  # every damaged fragment now lists another bookie; its copies there verified
+    WOULD_MOVE = "would_move"  # dry run: a verified copy of every damaged entry and a new bookie are there
+    NOT_NEEDED = "not_needed"  # deleted ledger, or this bookie no longer holds the damaged entries
+    BUSY = "busy"  # another repairer holds the ledger's lock
+    DEFERRED = "deferred"  # damage in the last fragment of a ledger not closed yet
+    NO_TARGET = "no_target"  # no writable bookie outside the ensemble
+    NO_GOOD_COPY = "no_good_copy"  # no verifying copy of a damaged entry anywhere (write path, divergent)
+    FAILED = "failed"  # a bookie did not answer or refused, the lock was lost, ZooKeeper trouble: try again
+
+    @property
+    def final(self) -> bool:
+        """The damage is out of the way (or there was none to move)."""
+        return self in (Outcome.MOVED, Outcome.NOT_NEEDED)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One fragment's copies of this bookie, now on ``target``."""
+
+    first_entry_id: int
+    last_entry_id: int
+    source: str
+    target: str
+    entries: int
+    bytes: int
+
+    def to_json(self) -> dict:
+        return {"first_entry_id": self.first_entry_id, "last_entry_id": self.last_entry_id, "from": self.source,
+                "to": self.target, "entries": self.entries, "bytes": self.bytes}
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    ledger_id: int
+    bookie_id: str
+    outcome: Outcome
+    detail: str
+    moves: tuple[Move, ...]
+    at_ms: int
+    seconds: float
+    remarked: bool = False  # the mark had been cleared (by a worker) and was filed again under the lock
+
+    def to_json(self) -> dict:
+        return {"ledger_id": self.ledger_id, "bookie": self.bookie_id, "outcome": self.outcome.value,
+                "detail": self.detail, "moves": [m.to_json() for m in self.moves], "at_ms": self.at_ms,
+                "seconds": round(self.seconds, 3), "remarked": self.remarked}
+
+
+@dataclass
+class _Progress:
+    """What an attempt did before it ended, however it ended."""
+
+    moves: list[Move] = field(default_factory=list)
+    remarked: bool = False
+
+
+class _Stop(Exception):
+    def __init__(self, outcome: Outcome, detail: str, bookie_id: str | None = None):
+        super().__init__(detail)
+        self.outcome = outcome
+        self.detail = detail
+        self.bookie_id = bookie_id  # the bookie that did not answer or refused, when it was one
+
+
+class Rereplicator:
+    """Moves this bookie's damaged fragments to other bookies through ``store`` (a live ZooKeeper store).
+
+    ``stopping()`` is polled while copying; ``bytes_per_second`` paces the copying (None: unlimited);
+    ``timeout`` bounds each request to a bookie.
+    """
+
+    def __init__(self, store, bookie_id: str, *, bytes_per_second: float | None = None, timeout: float = 10.0,
+                 stopping: Callable[[], bool] = lambda: False, clock: Callable[[], float] = time.time):
+        self.store = store
+        self.client = store.client
+        self.bookie_id = bookie_id
+        self.marks = UnderreplicationMarks(store.client, store.root)
+        self.lock_holder = f"bookie-scanner on {bookie_id}"
+        self.bytes_per_second = bytes_per_second
+        self.timeout = timeout
+        self.stopping = stopping
+        self.clock = clock
+
+    def rereplicate(self, ledger_id: int, damaged: EntryRanges, *, dry_run: bool = False) -> Attempt:
+        """Move (or, ``dry_run``, judge whether we could move) the fragments holding ``damaged`` on this bookie."""
+        started = self.clock()
+        progress = _Progress()
+        try:
+            if dry_run:
+                outcome, detail = self._judge(ledger_id, damaged)
+            else:
+                with LedgerLock(self.client, self.store.root, ledger_id, self.lock_holder) as lock:
+                    self._move(ledger_id, damaged, lock, progress)
+                outcome, detail = Outcome.MOVED, "; ".join(
+                    f"entries {m.first_entry_id}-{m.last_entry_id} moved from {m.source} to {m.target} "
+                    f"({m.entries} copies verified there)" for m in progress.moves)
+        except LockBusy as exc:
+            outcome, detail = Outcome.BUSY, str(exc)
+        except _Stop as stop:
+            outcome, detail = stop.outcome, stop.detail
+        return Attempt(ledger_id, self.bookie_id, outcome, detail, tuple(progress.moves), int(started * 1000),
+                       self.clock() - started, progress.remarked)
+
+    # -- the steps ------------------------------------------------------------------------------
+
+    def _move(self, ledger_id: int, damaged: EntryRanges, lock: LedgerLock, progress: "_Progress") -> None:
+        try:
+            meta = self._fresh(ledger_id)
+            fragments = self._planned(meta, damaged)
+        except _Stop as stop:
+            if stop.outcome is Outcome.NOT_NEEDED:
+                self.marks.clear(ledger_id, self.bookie_id)
+            raise
+        if not self.marks.replication_enabled():
+            raise _Stop(Outcome.DEFERRED, "auto-recovery is disabled (underreplication/disable): nothing is moved "
+                                          "until it is enabled again")
+        progress.remarked = self._ensure_marked(ledger_id)
+        writable = sorted(self.store.bookies().writable)
+        for fragment in fragments:
+            progress.moves.append(self._move_fragment(meta, fragment, writable, damaged, lock))
+        self.marks.clear(ledger_id, self.bookie_id)
+
+    def _judge(self, ledger_id: int, damaged: EntryRanges) -> tuple[Outcome, str]:
+        meta = self._fresh(ledger_id)
+        fragments = self._planned(meta, damaged)
+        writable = sorted(self.store.bookies().writable)
+        plans = []
+        for fragment in fragments:
+            targets = replacement_order(ledger_id, fragment, writable)
+            if not targets:
+                raise _Stop(Outcome.NO_TARGET, _no_target(fragment, writable))
+            index = fragment.bookie_index(self.bookie_id)
+            owed = [e for e in fragment.entries_of(index) if in_ranges(damaged, e)]
+            self._run(lambda copier: copier.check(meta, fragment, self.bookie_id, owed))
+            plans.append(f"entries {fragment.first_entry_id}-{fragment.last_entry_id} to {targets[0]}")
+        return Outcome.WOULD_MOVE, "a verified copy of every damaged entry is on a peer; would move " + "; ".join(plans)
+
+    def _fresh(self, ledger_id: int) -> LedgerMetadata:
+        try:
+            raw, stat = self.client.get(self._path(ledger_id))
+        except NoNodeError:
+            raise _Stop(Outcome.NOT_NEEDED, "ledger deleted") from None
+        try:
+            return parse_ledger_metadata(ledger_id, raw, stat.ctime, source=self._path(ledger_id))
+        except MetadataFormatError as exc:
+            raise _Stop(Outcome.NO_GOOD_COPY, f"its metadata does not decode: {exc}") from None
+
+    def _planned(self, meta: LedgerMetadata, damaged: EntryRanges) -> list[Fragment]:
+        fragments = damaged_fragments(meta, self.bookie_id, damaged)
+        if not fragments:
+            raise _Stop(Outcome.NOT_NEEDED, f"{self.bookie_id} no longer holds these entries: the ensemble moved on")
+        if any(f.last_entry_id is None for f in fragments):
+            raise _Stop(Outcome.DEFERRED, f"ledger is {meta.state.name} and the damage is in its last fragment: "
+                                          "moved once the ledger is closed")
+        if meta.digest_type is None:
+            raise _Stop(Outcome.NO_GOOD_COPY, "the metadata has no digest type and password (a ledger of "
+                                              "BookKeeper 4.1 or older): copies cannot be verified")
+        return fragments
+
+    def _ensure_marked(self, ledger_id: int) -> bool:
+        """File the mark again if a worker cleared it; True when it had to."""
+        mark = self.marks.get(ledger_id)
+        if mark is not None and self.bookie_id in mark.replicas:
+            return False
+        self.marks.mark(ledger_id, [self.bookie_id])
+        log.info("marked ledger %d under-replicated again (replica %s): its mark was cleared with the damage "
+                 "in place", ledger_id, self.bookie_id)
+        return True
+
+    def _move_fragment(self, meta: LedgerMetadata, fragment: Fragment, writable: list[str], damaged: EntryRanges,
+                       lock: LedgerLock) -> Move:
+        targets = replacement_order(meta.ledger_id, fragment, writable)
+        if not targets:
+            raise _Stop(Outcome.NO_TARGET, _no_target(fragment, writable))
+        for target in targets[:TARGETS_TRIED]:
+            try:
+                copied = self._run(lambda copier: copier.copy(meta, fragment, self.bookie_id, target, damaged))
+            except _Stop as stop:
+                if stop.outcome is Outcome.FAILED and stop.bookie_id == target:
+                    log.warning("ledger %d: %s: trying another bookie", meta.ledger_id, stop.detail)
+                    continue
+                raise
+            self._replace(meta.ledger_id, fragment.first_entry_id, target, lock)
+            log.info("ledger %d: entries %d-%d of %s copied to %s (%d entries, %d bytes, each read back and "
+                     "verified); the ensemble from entry %d now names %s instead", meta.ledger_id,
+                     fragment.first_entry_id, fragment.last_entry_id, self.bookie_id, target, copied.entries,
+                     copied.bytes, fragment.first_entry_id, target)
+            return Move(fragment.first_entry_id, fragment.last_entry_id, self.bookie_id, target, copied.entries,
+                        copied.bytes)
+        raise _Stop(Outcome.FAILED, f"none of {', '.join(targets[:TARGETS_TRIED])} took the copies")
+
+    def _run(self, work):
+        """``work(copier)`` on a fresh pool; CopyFailed becomes the attempt's outcome."""
+        async def run():
+            async with BookiePool(self.timeout, CONNECTIONS_PER_BOOKIE) as pool:
+                return await work(FragmentCopier(pool, bytes_per_second=self.bytes_per_second,
+                                                 stopping=self.stopping))
+        try:
+            return asyncio.run(run())
+        except CopyFailed as exc:
+            outcome = Outcome.NO_GOOD_COPY if exc.problem is CopyProblem.NO_GOOD_COPY else Outcome.FAILED
+            raise _Stop(outcome, str(exc), exc.bookie_id) from None
+
+    def _replace(self, ledger_id: int, first_entry_id: int, target: str, lock: LedgerLock) -> None:
+        """Put ``target`` in this bookie's place in the ensemble from ``first_entry_id``, compare-and-set."""
+        path = self._path(ledger_id)
+        for _ in range(MAX_METADATA_ATTEMPTS):
+            if not lock.still_held():
+                raise _Stop(Outcome.FAILED, "lost the ledger's lock (ZooKeeper session) before updating its metadata")
+            try:
+                raw, stat = self.client.get(path)
+            except NoNodeError:
+                raise _Stop(Outcome.NOT_NEEDED, "ledger deleted while its copies were moved") from None
+            ensemble = dict(parse_ledger_metadata(ledger_id, raw, source=path).segments).get(first_entry_id)
+            if ensemble is None or self.bookie_id not in ensemble:
+                log.info("ledger %d: the ensemble from entry %d no longer names %s: replaced meanwhile", ledger_id,
+                         first_entry_id, self.bookie_id)
+                return
+            if target in ensemble:
+                raise _Stop(Outcome.FAILED, f"the ensemble from entry {first_entry_id} took {target} meanwhile")
+            try:
+                self.client.set(path, replace_ensemble_member(raw, first_entry_id, self.bookie_id, target,
+                                                              source=path), stat.version)
+                return
+            except BadVersionError:
+                continue  # the ledger's metadata changed since we read it: read it again
+            except NoNodeError:
+                raise _Stop(Outcome.NOT_NEEDED, "ledger deleted while its copies were moved") from None
+        raise _Stop(Outcome.FAILED, f"{path}: still contended after {MAX_METADATA_ATTEMPTS} attempts")
+
+    def _path(self, ledger_id: int) -> str:
+        return ledger_path(self.store.manager, self.store.root, ledger_id)
+
+
+def _no_target(fragment: Fragment, writable: list[str]) -> str:
+    return (f"no writable bookie outside the ensemble of entries {fragment.first_entry_id}-{fragment.last_entry_id} "
+            f"({len(writable)} writable, all in it): add a bookie, or bring one back")

@@ -1,0 +1,11 @@
+"""The scan's core: what reads a bookie's index and entry logs and turns what they show into confirmed findings.
+
+Imports go one way, each module using only those above it:
+
+- ``pacing``, ``totals``, ``orphans``, ``ledger_table``, ``allocator``: small parts
+- ``walker``: one entry log's records walked, verified and matched with the index's locations
+- ``location_runs``: the index's locations sorted by where they point, served per log to the walker
+- ``targeted``: one ledger through its index by random reads (``scan --ledger``, suspects, confirmation)
+- ``full_pass``: a pass over a bookie or one ledger dir (index once, every log once), and chosen logs alone
+- ``on_demand``: the ``scan`` command's whole scan, with ledger dirs side by side
+"""

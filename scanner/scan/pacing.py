@@ -1,0 +1,18 @@
+"""What a scan pays its reads to: a pacer (``throttle.Pacer`` or the agent's), or nothing."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Pacer(Protocol):
+    def take_bytes(self, n: int) -> object: ...
+    def take_entries(self, n: int) -> object: ...
+
+
+class Unpaced:
+    def take_bytes(self, n: int) -> None:
+        return None
+
+    def take_entries(self, n: int) -> None:
+        return None

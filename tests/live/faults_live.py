@@ -1,0 +1,214 @@
+"""Real faults put into a stopped live bookie's files: each kind the scanner reports, on sealed data of closed ledgers.
+
+Only records flushed before the journal's last mark are damaged: at restart the bookie replays its
+journal from that mark, writing each replayed entry anew and pointing its index at the new copy,
+which would heal the damage by itself. Only rotated ("sealed") entry logs are touched: the bookie
+still appends to its newest. Every fault goes to ledgers of its own (so the outcome of each can be
+told apart, and no ledger loses all its copies), and the ledgers a fault damages are returned with
+the kind.
+
+Kinds, and what the scanner calls them:
+  payload     one payload byte of an entry flipped (not DUMMY)           corrupt_entry
+  header      the entry id in a record's header changed                 corrupt_entry
+  index_slot  one entry's index slot (.idx) or key (RocksDB) removed      missing_entry
+  idx_file    a ledger's whole .idx file deleted (.idx storage only)      missing_ledger
+  truncated   a rotated entry log cut in its last records                lost_entry (+ damaged_entry_log)
+  zero_page   a 4 KiB page in the middle of a rotated log zeroed          lost/corrupt entries (+ damaged_entry_log)
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocksdict import Options, Rdict
+
+from scanner.storage.bookie import open_bookie
+from scanner.storage.entrylog import EntryLog
+from scanner.storage.indexfile import HEADER_SIZE, SLOT_SIZE
+from scanner.storage.journal import pending_entries
+from scanner.storage.layout import discover_layout
+
+PAGE = 4096
+_LOCATION_KEY = struct.Struct(">qq")
+KINDS = ("payload", "header", "index_slot", "idx_file", "truncated", "zero_page")
+
+
+@dataclass
+class Injected:
+    """What was damaged on one bookie: per kind, the ledgers it damaged (and, where one entry, which)."""
+
+    bookie_id: str
+    storage: str
+    ledgers: dict[str, set[int]] = field(default_factory=dict)
+    entries: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (ledger, entry), single-entry kinds
+    # entry log holding damaged records -> (every ledger with records there, the ledgers whose records are damaged)
+    logs: dict[int, tuple[set[int], set[int]]] = field(default_factory=dict)
+    at: float = 0.0  # when the bookie was up again with the damage (time.time()), set by the caller
+    # (single-entry kinds prefer a log whose other ledgers hold a fifth of it: deleting them gets it compacted)
+
+    @property
+    def damaged(self) -> set[int]:
+        return set().union(*self.ledgers.values()) if self.ledgers else set()
+
+
+@dataclass
+class _Record:
+    log_id: int
+    pos: int  # of the record's header (its 4-byte length is just before)
+    ledger_id: int
+    entry_id: int
+
+
+def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Injected:
+    """With the bookie stopped: one fault of each of ``kinds`` that its storage has, on distinct ledgers.
+
+    Ledgers in ``avoid`` (damaged on another bookie already: their other copies must stay good) are not
+    touched; the ones damaged here are added to it.
+    """
+    layout = discover_layout(bookie.conf)
+    storage_kind = layout.storage
+    result = Injected(bookie.bookie_id, storage_kind)
+    with tempfile.TemporaryDirectory() as scratch, open_bookie(layout, work_dir=Path(scratch)) as storage:
+        sealed = {f.entry_log_id: f.path for f in storage.entry_logs() if _sealed(f)}
+        indexed = list(storage.indexed_ledgers())
+        replayed = pending_entries(layout, [ledger_id for ledger_id, _, _ in indexed])
+        records: list[_Record] = []
+        metas = {}
+        ledgers_in_log: dict[int, set[int]] = {}  # every indexed ledger with a record in the log
+        records_in_log: dict[tuple[int, int], int] = {}  # (log, ledger) -> its records there
+        for ledger_id, entry_ids, locations in indexed:
+            for raw in locations:
+                ledgers_in_log.setdefault(raw >> 32, set()).add(ledger_id)
+                records_in_log[raw >> 32, ledger_id] = records_in_log.get((raw >> 32, ledger_id), 0) + 1
+            meta = store.ledger(ledger_id)
+            if meta is None or not meta.is_closed or any((ledger_id, e) in replayed for e in entry_ids):
+                continue
+            metas[ledger_id] = meta
+            records += [_Record(raw >> 32, raw & 0xFFFFFFFF, ledger_id, e) for e, raw in zip(entry_ids, locations)]
+        index_dir = layout.index_current_dirs[0]
+    by_log: dict[int, list[_Record]] = {}
+    for r in records:
+        by_log.setdefault(r.log_id, []).append(r)
+    in_unsealed = {r.ledger_id for r in records if r.log_id not in sealed}
+    used: set[int] = set() if avoid is None else avoid
+
+    def take_log(kind: str) -> tuple[int, list[_Record], int, list[_Record]]:
+        # A sealed log whose ledgers no other fault has touched, what it holds in order, where to cut or
+        # zero it, and the records that damages.
+        for log_id in sorted(sealed, key=lambda i: -len(by_log.get(i, ()))):
+            held = sorted(by_log.get(log_id, ()), key=lambda r: r.pos)
+            if len(held) < 8 or not ledgers_in_log[log_id] <= set(metas):
+                continue
+            if kind == "truncated":
+                cut = held[-3].pos - 4 + 10  # inside a record's header, three records before the end
+                at, hit = cut, [r for r in held if r.pos + 16 > cut]
+            else:
+                page = _page_to_zero(held, metas)
+                if page is None:
+                    continue
+                at, hit = page
+            if not {r.ledger_id for r in hit} & used:
+                return log_id, held, at, hit
+        raise AssertionError(f"{bookie.name}: no sealed log left to damage ({kind}) among untouched ledgers "
+                             f"({len(sealed)} sealed logs, {len(metas)} flushed closed ledgers, {len(used)} touched)")
+
+    def compactable(r: _Record) -> bool:
+        # Other ledgers hold a fifth of the log's records: deleting them makes the bookie compact the log.
+        total = sum(records_in_log[r.log_id, ledger] for ledger in ledgers_in_log[r.log_id])
+        return 5 * (total - records_in_log[r.log_id, r.ledger_id]) >= total
+
+    def take_entry(digest_needed: bool) -> _Record:
+        # A damaged copy in a log the bookie will compact once its other ledgers go: the case where a copy
+        # added beside it would not last.
+        for r in sorted(records, key=lambda r: (not compactable(r), r.ledger_id, r.entry_id)):
+            meta = metas[r.ledger_id]
+            if r.ledger_id in used or r.ledger_id in in_unsealed or r.log_id not in sealed or r.entry_id < 2:
+                continue
+            if digest_needed and meta.digest_type.name == "DUMMY":
+                continue
+            return r
+        raise AssertionError(f"{bookie.name}: no flushed entry of an untouched closed ledger left "
+                             f"({len(metas)} flushed closed ledgers, {len(used)} touched)")
+
+    # The faults on whole logs first: they need a log whose damaged records are all of untouched ledgers.
+    for kind in sorted(kinds, key=lambda k: k not in ("truncated", "zero_page")):
+        if kind == "idx_file" and storage_kind == "db":
+            continue
+        if kind in ("truncated", "zero_page"):
+            log_id, held, at, hit = take_log(kind)
+            if kind == "truncated":
+                os.truncate(sealed[log_id], at)
+            else:
+                _write(sealed[log_id], at, bytes(PAGE))
+            result.logs[log_id] = (ledgers_in_log[log_id], {r.ledger_id for r in hit})
+            result.ledgers[kind] = {r.ledger_id for r in hit}
+            used |= result.ledgers[kind]
+            continue
+        r = take_entry(digest_needed=kind == "payload")
+        used.add(r.ledger_id)
+        result.ledgers[kind] = {r.ledger_id}
+        result.entries[kind] = (r.ledger_id, r.entry_id)
+        path = sealed[r.log_id]
+        if kind in ("payload", "header"):
+            result.logs[r.log_id] = (ledgers_in_log[r.log_id], {r.ledger_id})
+        if kind == "payload":
+            _xor(path, r.pos + 32 + 20 + 10, 0xA5)  # past the header and the longest digest
+        elif kind == "header":
+            _xor(path, r.pos + 15, 0x01)  # the entry id's low byte: the record names its neighbour
+        elif kind == "index_slot":
+            _remove_location(storage_kind, index_dir, r.ledger_id, r.entry_id)
+        elif kind == "idx_file":
+            next(index_dir.rglob(f"{r.ledger_id:x}.idx")).unlink()
+            result.entries.pop(kind)
+    return result
+
+
+def _page_to_zero(held: list[_Record], metas: dict) -> tuple[int, list[_Record]] | None:
+    """A page near the middle of a log whose records all have digests (a DUMMY ledger's zeroed payload
+    is invisible to every reader), and the records it touches (a record runs to the next one's length)."""
+    spans = [(r.pos - 4, nxt.pos - 4, r) for r, nxt in zip(held, held[1:])]
+    pages = []
+    for _, _, record in spans:
+        start = (record.pos - 4) // PAGE * PAGE
+        hit = [r for lo, hi, r in spans if lo < start + PAGE and hi > start]
+        if all(metas[r.ledger_id].digest_type.name != "DUMMY" for r in hit):
+            pages.append((len({r.ledger_id for r in hit}), abs(start - spans[len(spans) // 2][0]), start, hit))
+    # The page damaging fewest ledgers, nearest the middle of the log.
+    return min(pages, key=lambda p: p[:2])[2:] if pages else None
+
+
+def _sealed(log_file) -> bool:
+    with EntryLog(log_file.path, log_file.entry_log_id) as entry_log:
+        return entry_log.header is not None and entry_log.header.ledgers_map_offset > 0
+
+
+def _xor(path: Path, offset: int, mask: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ mask]))
+
+
+def _write(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def _remove_location(storage_kind: str, index_dir: Path, ledger_id: int, entry_id: int) -> None:
+    if storage_kind != "db":
+        idx = next(index_dir.rglob(f"{ledger_id:x}.idx"))
+        _write(idx, HEADER_SIZE + SLOT_SIZE * entry_id, bytes(SLOT_SIZE))
+        return
+    # Deleted in RocksDB's write-ahead log only (no flush): the bookie's own RocksDB, older than the
+    # binding's, replays the log at start and writes its own tables.
+    db = Rdict(str(index_dir / "locations"), options=Options(raw_mode=True))
+    try:
+        del db[_LOCATION_KEY.pack(ledger_id, entry_id)]
+    finally:
+        db.close()

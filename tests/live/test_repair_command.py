@@ -1,0 +1,102 @@
+"""``bookie-scanner repair`` on a real four-bookie BookKeeper 4.16.7 cluster, damage put into a bookie's own files.
+
+- a flipped payload byte on bookie2 (DbLedgerStorage), ledger A: a dry run says the fragment would
+  move and changes nothing; the real run moves bookie2's share of the fragment to the spare bookie,
+  every copy verified, and BookKeeper's own client then reads every entry of A, in order, from every
+  bookie its metadata names, with good digests, also after bookie2 restarts;
+- an entry of ledger B corrupted identically on every copy (the writer's bad bytes): nothing verifies
+  anywhere, so nothing moves and the metadata stays as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+from json_schemas import assert_valid
+from livebk import LiveCluster
+from scanner.cli import main
+from scanner.metadata.uri import open_metadata
+from scanner.storage.bookie import open_bookie
+from scanner.storage.entry import DigestType, DigestVerifier
+from scanner.storage.layout import discover_layout
+
+PAYLOAD_AT = 100  # the byte flipped, counted from the start of the payload
+
+
+def flip_payload(bookie, ledger_id: int, entry_id: int, digest_length: int) -> None:
+    """With the bookie stopped: flip one payload byte of the entry's record in its entry log."""
+    layout = discover_layout(bookie.conf)
+    with tempfile.TemporaryDirectory() as scratch, open_bookie(layout, work_dir=scratch) as storage:
+        location = dict(storage.locations(ledger_id))[entry_id]
+        path = storage.entry_log_path(ledger_id, location.entry_log_id)
+    with open(path, "r+b") as log:
+        log.seek(location.pos + 32 + digest_length + PAYLOAD_AT)
+        byte = log.read(1)[0]
+        log.seek(-1, 1)
+        log.write(bytes([byte ^ 0xFF]))
+
+
+def run_json(capsys, *argv: str) -> tuple[int, dict]:
+    status = main(list(argv) + ["--format", "json"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def test_repair_moves_a_rotten_copy_away_and_leaves_the_writers_bad_bytes_alone(tmp_path, capsys):
+    with LiveCluster(tmp_path / "bk", bookie_count=4) as cluster:
+        cluster.write(seconds=12)
+        cluster.wait_for_writer()
+        cluster.write(seconds=6, seed=3)  # rotates the logs past the first writer's ledgers: flushed
+        cluster.wait_for_writer()
+        bookie2 = cluster.bookies[1]
+        with open_metadata(cluster.metadata_uri) as store:
+            ledgers = [store.ledger(i) for i in sorted(store.ledger_ids())]
+        mine = [m for m in ledgers if m.is_closed and m.digest_type is not DigestType.DUMMY
+                and len(m.segments) == 1 and bookie2.bookie_id in m.segments[0][1] and m.last_entry_id > 20]
+        a, b = mine[0], next(m for m in mine[1:] if m.write_quorum == 3)
+        index = a.segments[0][1].index(bookie2.bookie_id)
+        rot = next(e for e in range(5, a.last_entry_id) if (index - e) % 3 < a.write_quorum)
+        digest = DigestVerifier(a.digest_type, a.password).digest_length
+        for bookie in map(cluster.bookie, b.segments[0][1]):  # bookie2 among them
+            bookie.stop()
+            if bookie is bookie2:
+                flip_payload(bookie, a.ledger_id, rot, digest)
+            flip_payload(bookie, b.ledger_id, 4, DigestVerifier(b.digest_type, b.password).digest_length)
+            bookie.start()
+        before = {m.ledger_id: m.segments for m in (a, b)}
+
+        state = tmp_path / "state"
+        status, dry = run_json(capsys, "repair", "--bookie-conf", str(bookie2.conf), "--ledger", str(a.ledger_id),
+                               "--state-dir", str(state))
+        assert status == 0 and [t["outcome"] for t in dry["attempts"]] == ["would_move"], dry
+        assert_valid(dry)
+        assert not (state / "repairs.jsonl").exists()
+        with open_metadata(cluster.metadata_uri) as store:
+            assert store.ledger(a.ledger_id).segments == before[a.ledger_id]
+
+        status, moved = run_json(capsys, "repair", "--bookie-conf", str(bookie2.conf), "--ledger", str(a.ledger_id),
+                                 "--no-dry-run", "--state-dir", str(state))
+        assert status == 0, moved
+        (attempt,) = moved["attempts"]
+        assert attempt["outcome"] == "moved" and attempt["remarked"]
+        (move,) = attempt["moves"]
+        spare = cluster.bookies[3].bookie_id if cluster.bookies[3].bookie_id not in a.segments[0][1] else None
+        assert move["from"] == bookie2.bookie_id and move["to"] not in a.segments[0][1]
+        assert spare is None or move["to"] == spare
+        journal = [json.loads(line) for line in (state / "repairs.jsonl").read_text().splitlines()]
+        assert [(j["ledger_id"], j["outcome"]) for j in journal] == [(a.ledger_id, "moved")]
+        with open_metadata(cluster.metadata_uri) as store:
+            assert bookie2.bookie_id not in store.ledger(a.ledger_id).segments[0][1]
+        view = cluster.read_every_copy([a.ledger_id])
+        assert view.bad() == [] and all(len(p) == 1 for p in view.payloads().values())
+        assert len(view.copies) == (a.last_entry_id + 1) * a.write_quorum
+        bookie2.restart()
+        assert cluster.read_every_copy([a.ledger_id]).bad() == []
+
+        status, left = run_json(capsys, "repair", "--bookie-conf", str(bookie2.conf), "--ledger", str(b.ledger_id),
+                                "--no-dry-run", "--state-dir", str(state))
+        assert status == 1
+        (attempt,) = left["attempts"]
+        assert attempt["outcome"] == "no_good_copy" and "write_path" in attempt["detail"], attempt
+        with open_metadata(cluster.metadata_uri) as store:
+            assert store.ledger(b.ledger_id).segments == before[b.ledger_id]
