@@ -25,8 +25,11 @@ _SLOW_KINDS = ("live", "spark", "install")  # a cluster, a JVM or a fresh venv: 
 
 
 def pytest_collection_modifyitems(items):
-    """Every live, spark and install test is slow too, so ``-m "not slow"`` is the fast tier."""
+    """Every test under tests/live/ is live; every live, spark and install test is slow too, so ``-m "not slow"``
+    is the fast tier."""
     for item in items:
+        if "live" in item.path.parent.relative_to(item.config.rootpath).parts:
+            item.add_marker(pytest.mark.live)
         if any(item.get_closest_marker(kind) for kind in _SLOW_KINDS):
             item.add_marker(pytest.mark.slow)
 

@@ -263,7 +263,8 @@ def test_the_repair_follow_up_ends_a_ledgers_findings_everywhere_and_keeps_its_o
     (tmp_path / "state").mkdir()
     book = FindingBook(tmp_path / "state", [DIR_A, DIR_B])
     try:
-        marking = Marking(metadata, book, SAMPLE_BOOKIE, tmp_path / "state", None, [DIR_A, DIR_B])
+        marking = Marking(metadata, book, SAMPLE_BOOKIE, tmp_path / "state", None, ledger_dirs=[DIR_A, DIR_B],
+                          rereplicate=False)
         damage = missing(5, 11, 12)  # what the sample's ledger 5 lacks here
         book.record(DIR_B, [damage])
         assert marking.file_pending() == 1 and book.awaiting_marks() == []

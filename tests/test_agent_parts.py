@@ -75,10 +75,10 @@ def test_rates_in_the_config_take_units(tmp_path):
     expected = {"50000000": 50e6, "'50MB'": 50e6, "'50 MB/s'": 50e6, "'48MiB'": 48 * 2**20, "'1.5G'": 1.5e9, "0": None}
     for written, rate in expected.items():
         path.write_text(base + f"[throttle]\nbytes_per_second = {written}\nentries_per_second = '10k'\n"
-                               "[repair]\nheal_entries_per_second = '2.5'\n")
+                               "[repair]\ncopy_bytes_per_second = '20 MB/s'\n")
         config = load_config(path, {})
         assert (config.throttle.bytes_per_second, config.throttle.entries_per_second) == (rate, 10_000)
-        assert config.heal_entries_per_second == 2.5
+        assert config.copy_bytes_per_second == 20e6
     for written in ("'fast'", "-5", "'50 entries'", "true"):
         path.write_text(base + f"[throttle]\nbytes_per_second = {written}\n")
         with pytest.raises(ConfigError, match=r"\[throttle\] bytes_per_second = .*: expected a number >= 0 or a string"):
