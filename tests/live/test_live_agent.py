@@ -25,7 +25,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-
 from livebk import LiveCluster
 from scanner.metadata.uri import open_metadata
 from scanner.storage.bookie import open_bookie
@@ -33,7 +32,6 @@ from scanner.storage.entrylog import EntryLog
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
 from test_agent_service import AgentProcess, book_entries, wait_for
-
 
 SECONDS = int(os.environ.get("LIVE_SECONDS", "45"))
 FLUSHING_SECONDS = 10
