@@ -1,124 +1,286 @@
-"""How the Spark audit scales with entries: 10^7, 10^8 and 10^9 entry copies over 100 bookies, on local[2].
+"""The whole `bookie-scanner audit` at cluster scale: 100 bookies, metadata from a dump and from a real ZooKeeper.
 
-Synthetic exports are generated directly as sequence groups on Spark's executors (never a row per
-entry) and written as Parquet under a temp dir, with a dump of the matching ledger metadata. Every
-size has the same ledgers (ensemble 3, write quorum 3, so each bookie holds one run per ledger),
-only longer: 10x the entries per size. Every 10th ledger lacks a range of 10 entries on one bookie
-(under-replicated), every 20th has 5 damaged copies on another; the audit must find exactly those.
+Synthetic exports (one Parquet file per bookie, written with pyarrow as `export` writes them) and the
+matching ledger metadata: every ledger CLOSED, ensemble 3, write quorum 3, on 3 of 100 bookies. Every
+10th ledger lacks a few entries in its middle on its first bookie, every 20th has damaged copies of its
+last entries on its second: the audit must find exactly those (N/10 + N/20 under_replicated_entry
+violations) and nothing else.
 
-Printed per size: groups in the exports, the audit's wall time, and its ratio to the smallest size
-measured in the same run. The ratios should stay near 1: the audit's work follows groups, not entries.
+Each entry-copy size (default 10^7 and 10^9) has the same ledgers, only longer: the audit's time should
+follow sequence groups (the same at every size), not entries. The metadata is a dump file and,
+with ``--zookeeper``, Debian's ZooKeeper (2 GiB heap) filled with the same znodes in multi-create
+batches. With ``--cluster``, the audit also runs on a standalone Spark cluster started from pyspark's own
+``spark-class``: one worker of one core, then two workers of one core each.
 
-    python bench/bench_audit.py                  # 2,000 ledgers
-    python bench/bench_audit.py --ledgers 20000
+Each audit is the command as an operator runs it, in a child process (`python -m scanner.cli audit
+--exports DIR --metadata URI --master M --format json`): wall time from start to exit, the driver's peak
+RSS (the Python process the operator started) and the JVM's (local mode: driver and executors in one).
+
+    python bench/bench_audit.py                                    # 10^4 ledgers, dump, local[2]
+    python bench/bench_audit.py --ledgers 1000000 --zookeeper      # the issue's scale
+    python bench/bench_audit.py --ledgers 100000 --cluster --sizes 1e7
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime
 import json
+import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 from scanner.audit.availability import EntryAvailability  # noqa: E402
-from scanner.audit.export import export_schema  # noqa: E402
-from scanner.audit.job import AuditOptions, run_audit  # noqa: E402
-from scanner.audit.spark_session import spark_session  # noqa: E402
+from scanner.audit.export import PARQUET_FILE, PARQUET_SCHEMA  # noqa: E402
 from scanner.metadata.ledger import LedgerMetadata, LedgerState, serialize_ledger_metadata  # noqa: E402
-from scanner.metadata.ledger_paths import LedgerManager, ledger_path  # noqa: E402
+from scanner.metadata.ledger_paths import LedgerManager, layout_bytes, ledger_path  # noqa: E402
+from scanner.metadata.snapshot import write_dump_nodes  # noqa: E402
+from scanner.metadata.store import ZNode  # noqa: E402
+from spark_cluster import StandaloneCluster  # noqa: E402
 
 BOOKIES = [f"10.1.{n // 250}.{n % 250}:3181" for n in range(100)]
 QUORUM = 3
-SIZES = (10**7, 10**8, 10**9)
-LAYOUT = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1\n"
-
+ROOT = "/ledgers"
+FILL_BATCH = 1000  # znodes created per multi request
+MEASURE = """
+import glob, json, os, resource, sys, threading, time
+from scanner.cli import main
+jvm_peak_kib = 0
+def watch_children():  # the JVM pyspark starts is never waited for, so wait4 cannot see its peak
+    global jvm_peak_kib
+    while True:
+        for listing in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+            for child in open(listing).read().split():
+                try:
+                    hwm = [line for line in open(f"/proc/{child}/status") if line.startswith("VmHWM")]
+                except OSError:
+                    continue
+                jvm_peak_kib = max(jvm_peak_kib, int(hwm[0].split()[1]) if hwm else 0)
+        time.sleep(0.5)
+threading.Thread(target=watch_children, daemon=True).start()
+status = main(sys.argv[1:])
+print(json.dumps({"status": status, "driver_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "jvm_rss_kib": jvm_peak_kib}), file=sys.stderr)
+"""
 
 def ensemble(ledger_id: int) -> tuple[str, ...]:
     return tuple(BOOKIES[(ledger_id * QUORUM + k) % len(BOOKIES)] for k in range(QUORUM))
 
 
-def export_rows(ledger_id: int, entries: int, exported_at):
-    """The three bookies' rows of one ledger, made from runs: a gap on the first, damage on the second."""
-    rows = []
-    for position, bookie in enumerate(ensemble(ledger_id)):
-        runs = [(0, entries - 1)]
-        if position == 0 and ledger_id % 10 == 0:
-            middle = entries // 2
-            runs = [(0, middle - 1), (middle + 10, entries - 1)]
-        damaged = [(entries // 3, entries // 3 + 4)] if position == 1 and ledger_id % 20 == 0 else []
-        held, bad = EntryAvailability.from_runs(runs), EntryAvailability.from_runs(damaged)
-        rows.append((bookie, ledger_id, held.encode(), _groups(held), held.entry_count,
-                     bad.encode(), _groups(bad), bad.entry_count, None, "db", exported_at))
-    return rows
+def expected_violations(ledgers: int) -> int:
+    return len(range(0, ledgers, 10)) + len(range(0, ledgers, 20))
 
 
-def _groups(availability):
-    return [(g.first_sequence_start, g.last_sequence_start, g.sequence_size, g.sequence_period)
-            for g in availability.groups]
-
-
-def write_dump(path: Path, ledgers: int, entries: int) -> None:
-    nodes = [{"path": "/ledgers", "data_b64": None, "ephemeral": False, "mzxid": 1, "version": 0},
-             {"path": "/ledgers/LAYOUT", "data_b64": base64.b64encode(LAYOUT).decode(), "ephemeral": False,
-              "mzxid": 2, "version": 0}]
+def write_exports(directory: Path, ledgers: int, entries: int) -> int:
+    """Every bookie's export of ``ledgers`` ledgers of ``entries`` entries; returns the sequence groups written."""
+    if entries < 3:
+        raise SystemExit(f"{entries} entries per ledger: the missing and the damaged entries need at least 3")
+    middle, gap = entries // 2, max(1, min(10, entries // 4))
+    damaged_size = max(1, min(5, entries // 4))  # the last entries, apart from the gap: two violations
+    damaged_first = entries - damaged_size
+    whole = EntryAvailability.from_runs([(0, entries - 1)])
+    gapped = EntryAvailability.from_runs([(0, middle - 1), (middle + gap, entries - 1)])
+    damaged = EntryAvailability.from_runs([(damaged_first, damaged_first + damaged_size - 1)])
+    nothing = EntryAvailability()
+    exported_at = datetime.datetime.now(datetime.timezone.utc)
+    rows: dict[str, list[tuple[int, EntryAvailability, EntryAvailability]]] = {bookie: [] for bookie in BOOKIES}
     for ledger_id in range(ledgers):
+        for position, bookie in enumerate(ensemble(ledger_id)):
+            held = gapped if position == 0 and ledger_id % 10 == 0 else whole
+            bad = damaged if position == 1 and ledger_id % 20 == 0 else nothing
+            rows[bookie].append((ledger_id, held, bad))
+    encoded = {id(a): (a.encode(), [(g.first_sequence_start, g.last_sequence_start, g.sequence_size,
+                                     g.sequence_period) for g in a.groups], a.entry_count)
+               for a in (whole, gapped, damaged, nothing)}
+    groups = 0
+    for bookie, bookie_rows in rows.items():
+        held = [encoded[id(h)] for _, h, _ in bookie_rows]
+        bad = [encoded[id(b)] for _, _, b in bookie_rows]
+        groups += sum(len(h[1]) for h in held) + sum(len(b[1]) for b in bad)
+        table = pa.table({
+            "ledger_id": [ledger_id for ledger_id, _, _ in bookie_rows],
+            "entries": [h[0] for h in held], "entry_groups": [h[1] for h in held],
+            "entry_count": [h[2] for h in held],
+            "damaged": [b[0] for b in bad], "damaged_groups": [b[1] for b in bad],
+            "damaged_count": [b[2] for b in bad],
+            "index_problem": [None] * len(bookie_rows), "storage": ["db"] * len(bookie_rows),
+            "exported_at": [exported_at] * len(bookie_rows),
+        }, schema=PARQUET_SCHEMA)
+        partition = directory / f"bookie_id={bookie.replace(':', '%3A')}"
+        partition.mkdir(parents=True)
+        pq.write_table(table, partition / PARQUET_FILE)
+    return groups
+
+
+def cluster_nodes(ledgers: int, entries: int):
+    """The cluster's znodes: root, LAYOUT, the registered bookies, the ledger tree with its parents."""
+    yield ZNode(ROOT, b"", False, 1, 0, 0)
+    yield ZNode(f"{ROOT}/LAYOUT", layout_bytes(LedgerManager.HIERARCHICAL), False, 2, 0, 0)
+    yield ZNode(f"{ROOT}/available", b"", False, 3, 0, 0)
+    for bookie in BOOKIES:
+        yield ZNode(f"{ROOT}/available/{bookie}", b"", False, 4, 0, 0)
+    parents: set[str] = set()
+    for ledger_id in range(ledgers):
+        path = ledger_path(LedgerManager.HIERARCHICAL, ROOT, ledger_id)
+        parent = path.rsplit("/", 1)[0]
+        if parent not in parents:
+            grandparent = parent.rsplit("/", 1)[0]
+            if grandparent not in parents:
+                parents.add(grandparent)
+                yield ZNode(grandparent, b"", False, 5, 0, 0)
+            parents.add(parent)
+            yield ZNode(parent, b"", False, 5, 0, 0)
         meta = LedgerMetadata(ledger_id=ledger_id, format_version=3, ensemble_size=QUORUM, write_quorum=QUORUM,
                               ack_quorum=2, state=LedgerState.CLOSED, last_entry_id=entries - 1, length=entries,
                               segments=((0, ensemble(ledger_id)),), digest_type=None, password=None, ctime=None,
                               custom_metadata=(), ctoken=None)
-        nodes.append({"path": ledger_path(LedgerManager.HIERARCHICAL, "/ledgers", ledger_id),
-                      "data_b64": base64.b64encode(serialize_ledger_metadata(meta)).decode(),
-                      "ephemeral": False, "mzxid": 3 + ledger_id, "version": 0})
-    path.write_text(json.dumps(nodes))
+        yield ZNode(path, serialize_ledger_metadata(meta), False, 6 + ledger_id, 0, 0)
 
 
-def audit(spark, exports: Path, dump: Path) -> tuple[float, dict[str, int]]:
-    """Wall seconds of one audit (metadata read, join, judgement, violations materialized) and its counts."""
-    from scanner.metadata.snapshot import SnapshotStore
+def fill_zookeeper(client, prefix: str, ledgers: int, entries: int) -> None:
+    """Create the cluster's znodes under ``prefix``, ``FILL_BATCH`` to a multi request, a few requests in flight."""
+    client.ensure_path(prefix)
+    pending, transaction, size = [], client.transaction(), 0
+    for node in cluster_nodes(ledgers, entries):
+        transaction.create(prefix + node.path, node.data)
+        size += 1
+        if size == FILL_BATCH:
+            pending.append(transaction.commit_async())
+            transaction, size = client.transaction(), 0
+            if len(pending) >= 4:
+                _check_created(pending.pop(0).get())
+    if size:
+        pending.append(transaction.commit_async())
+    for result in pending:
+        _check_created(result.get())
 
-    with SnapshotStore(dump) as store:
-        started = time.perf_counter()
-        result = run_audit(spark, store, str(exports), AuditOptions(), now_ms=0)
-        result.violations.count()
-        elapsed = time.perf_counter() - started
-    result.close()
-    return elapsed, {category: n for category, n in result.counts.items() if n}
+
+def _check_created(results) -> None:
+    failed = [result for result in results if isinstance(result, Exception)]
+    if failed:
+        raise SystemExit(f"filling ZooKeeper failed: {failed[0]!r}")
+
+
+def run_audit(exports: Path, metadata: str, master: str, environment: dict[str, str]) -> dict:
+    """The `audit` command in a child process: wall seconds, exit status, violations, the driver's and JVM's peak RSS."""
+    command = [sys.executable, "-c", MEASURE, "audit", "--exports", str(exports), "--metadata", metadata,
+               "--master", master, "--format", "json"]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=environment)
+    seconds = time.perf_counter() - started
+    measured = json.loads(done.stderr.strip().splitlines()[-1]) if done.stderr.strip() else {}
+    if measured.get("status") not in (0, 1):
+        raise SystemExit(f"audit failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    summary = json.loads(done.stdout)["summary"]
+    return {"seconds": seconds, "violations": {k: v for k, v in summary["violations"].items() if v},
+            "checked": summary["ledgers_checked"], "driver_mib": measured["driver_rss_kib"] / 1024,
+            "jvm_mib": measured["jvm_rss_kib"] / 1024}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ledgers", type=int, default=2000)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ledgers", type=int, default=10_000)
+    parser.add_argument("--sizes", default="1e7,1e9", help="entry copies, comma-separated (default: 1e7,1e9)")
+    parser.add_argument("--zookeeper", action="store_true", help="also audit with the metadata in a real ZooKeeper")
+    parser.add_argument("--cluster", action="store_true",
+                        help="also on a standalone cluster: 1 worker x 1 core, then 2 workers x 1 core")
+    parser.add_argument("--no-local", action="store_true", help="skip the local[2] runs")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each audit; the fastest counts")
+    parser.add_argument("--dir", default=None, help="where to create the temporary directory")
     args = parser.parse_args()
-    spark = spark_session("bench_audit", "local[2]", conf={"spark.ui.enabled": "false",
-                                                           "spark.sql.shuffle.partitions": "8"})
-    exported_at = datetime.datetime.now(datetime.timezone.utc)
-    baseline = None
-    print(f"{args.ledgers} ledgers, E=Wq={QUORUM}, {len(BOOKIES)} bookies, local[2]")
-    print(f"{'entry copies':>14} {'entries/ledger':>15} {'groups':>8} {'audit s':>8} {'ratio':>6}  violations")
-    with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
+    sizes = [int(float(size)) for size in args.sizes.split(",")]
+    environment = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
+    directory = Path(tempfile.mkdtemp(prefix="bench-audit-", dir=args.dir))
+    print(f"{args.ledgers:,} ledgers, E=Wq={QUORUM}, {len(BOOKIES)} bookies, {QUORUM * args.ledgers:,} export rows; "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    zookeeper = None
+    try:
         datasets = []
-        for size in SIZES:
-            entries = size // (args.ledgers * QUORUM)
-            exports, dump = Path(tmp) / f"exports-{size}", Path(tmp) / f"dump-{size}.json"
-            rows = spark.sparkContext.parallelize(range(args.ledgers), 8).flatMap(
-                lambda ledger_id, n=entries: export_rows(ledger_id, n, exported_at))
-            spark.createDataFrame(rows, export_schema()).write.partitionBy("bookie_id").parquet(str(exports))
-            groups = spark.read.parquet(str(exports)).selectExpr(
-                "sum(size(entry_groups) + size(damaged_groups))").first()[0]
-            write_dump(dump, args.ledgers, entries)
-            datasets.append((size, entries, groups, exports, dump))
-        audit(spark, *datasets[0][3:])  # warm-up: JIT and Python workers, not the audit, would dominate the first run
-        for size, entries, groups, exports, dump in datasets:
-            elapsed, counts = audit(spark, exports, dump)
-            baseline = baseline or elapsed
-            print(f"{size:>14,} {entries:>15,} {groups:>8,} {elapsed:>8.1f} {elapsed / baseline:>6.2f}  {counts}")
-    spark.stop()
+        for size in sizes:
+            entries = max(1, size // (args.ledgers * QUORUM))
+            started = time.perf_counter()
+            groups = write_exports(directory / f"exports-{size}", args.ledgers, entries)
+            dump = directory / f"dump-{size}.json"
+            with dump.open("w") as out:
+                write_dump_nodes(cluster_nodes(args.ledgers, entries), out)
+            print(f"  generated {size:.0e} entry copies ({entries:,} per ledger, {groups:,} groups) "
+                  f"in {time.perf_counter() - started:.0f} s", flush=True)
+            metadata = {"dump": f"file:{dump}"}
+            if args.zookeeper:
+                zookeeper = zookeeper or _zookeeper(directory)
+                metadata["zookeeper"] = _filled(zookeeper, size, args.ledgers, entries)
+            datasets.append((size, entries, groups, directory / f"exports-{size}", metadata))
+        masters = [] if args.no_local else [("local[2]", None)]
+        if args.cluster:
+            masters += [("1 worker x 1 core", 1), ("2 workers x 1 core", 2)]
+        print(f"{'master':>20} {'metadata':>9} {'entry copies':>12} {'groups':>10} {'audit s':>8} {'ratio':>6} "
+              f"{'driver MiB':>10} {'JVM MiB':>8} {'load':>5}  violations")
+        expected = expected_violations(args.ledgers)
+        for label, workers in masters:
+            baselines: dict[str, float] = {}  # per metadata store: its smallest size
+            for size, entries, groups, exports, metadata in datasets:
+                for store, uri in metadata.items():
+                    load = os.getloadavg()[0]
+                    run = _best_of(args.repeat, exports, uri, label, workers, directory, environment)
+                    baseline = baselines.setdefault(store, run["seconds"])
+                    found = run["violations"]
+                    verdict = "" if found == {"under_replicated_entry": expected} else f"  WRONG, expected {expected}"
+                    print(f"{label:>20} {store:>9} {size:>12.0e} {groups:>10,} {run['seconds']:>8.1f} "
+                          f"{run['seconds'] / baseline:>6.2f} {run['driver_mib']:>10.0f} {run['jvm_mib']:>8.0f} "
+                          f"{load:>5.1f}  {found}{verdict}", flush=True)
+        print(f"load at the end {os.getloadavg()[0]:.1f}")
+    finally:
+        if zookeeper is not None:
+            zookeeper.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _best_of(repeat: int, exports: Path, uri: str, label: str, workers: int | None, directory: Path,
+             environment: dict[str, str]) -> dict:
+    runs = []
+    for _ in range(repeat):
+        if workers is None:
+            runs.append(run_audit(exports, uri, label, environment))
+            continue
+        cluster_dir = Path(tempfile.mkdtemp(prefix="cluster-", dir=directory))
+        with StandaloneCluster(cluster_dir, workers) as cluster:
+            runs.append(run_audit(exports, uri, cluster.url, environment))
+    return min(runs, key=lambda run: run["seconds"])
+
+
+def _zookeeper(directory: Path):
+    from zookeeper_server import ZooKeeperServer
+
+    server = ZooKeeperServer(directory / "zookeeper", heap_mb=2048)
+    server.start()
+    return server
+
+
+def _filled(server, size: int, ledgers: int, entries: int) -> str:
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=server.connect_string, timeout=30)
+    client.start(timeout=30)
+    try:
+        started = time.perf_counter()
+        prefix = f"/size{size}"
+        fill_zookeeper(client, prefix, ledgers, entries)
+        print(f"  ZooKeeper filled with {ledgers:,} ledgers in {time.perf_counter() - started:.0f} s", flush=True)
+    finally:
+        client.stop()
+        client.close()
+    return f"zk://{server.connect_string}{prefix}{ROOT}"
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from scanner.agent.findingbook import HISTORY_FILE
 from scanner.agent.suspects import append_to_inbox, Suspect
 from scanner.repair.marks import UnderreplicationMarks
 from scanner.sample.sample_cluster import build_sample
@@ -150,6 +151,12 @@ def book_entries(state_dir: Path) -> list[dict]:
         rows = db.execute("SELECT finding, first_seen, last_seen, to_mark FROM findings").fetchall()
     return [{"finding": json.loads(finding), "first_seen": first, "last_seen": last, "to_mark": bool(to_mark)}
             for finding, first, last, to_mark in rows]
+
+
+def book_history(state_dir: Path) -> list[dict]:
+    """The agent's ended findings, oldest first, as its rotated history holds them (each with ``ended``, ``why``)."""
+    files = sorted(state_dir.glob(HISTORY_FILE + "*"), key=lambda p: -int(p.suffix[1:]) if p.name != HISTORY_FILE else 0)
+    return [json.loads(line) for path in files for line in path.read_text().splitlines()]
 
 
 def secret_forms(password: bytes) -> list[str]:

@@ -11,6 +11,7 @@ from audit_exports import DUMP, DUMP_LIVE, clean_exports, damaged_exports  # noq
 from corpus import bookie_id, corruption_report, deleted_ledgers, manifest
 from scanner.cli import main
 from scanner.metadata.snapshot import SnapshotStore
+from scanner.metadata.zookeeper import ZooKeeperStore
 from scanner.repair.marks import UnderreplicationMarks
 from spark_session import spark  # noqa: F401 (fixture)
 
@@ -213,29 +214,34 @@ def test_missing_exports_and_missing_java_exit_2(spark, tmp_path, capsys, monkey
     assert "nowhere: no such directory" in err[0] and "no bookie exports" in err[1] and "Java" in err[2]
 
 
-class LedgerDeletedDuringTheAudit(SnapshotStore):
-    """The corpus dump, in which ledger 46 is deleted right after the audit first read it."""
+def test_a_violation_is_judged_again_when_its_metadata_changed(spark, clean_exports, zookeeper, zk_client,
+                                                               zk_load_dump):
+    # what the executors run on the ledgers they judge one by one: ledger 46 (an entry under-replicated)
+    # deleted in ZooKeeper after its metadata was read, and ledger 5 left alone
+    from pyspark.sql import Row
 
-    def __init__(self, path):
-        super().__init__(path)
-        self.reads_of_46 = 0
+    from scanner.audit.job import judge_rows
+    from scanner.audit.judging import AuditContext, Status
+    from scanner.audit.metadata_source import zookeeper_source
 
-    def node(self, path):
-        if path == "/ledgers/00/0000/L0046":
-            self.reads_of_46 += 1
-            if self.reads_of_46 > 1:
-                return None
-        return super().node(path)
-
-
-def test_a_violation_is_judged_again_when_its_metadata_changed(spark, clean_exports):
-    from scanner.audit.job import AuditOptions, run_audit
-
-    with LedgerDeletedDuringTheAudit(DUMP) as store:
-        result = run_audit(spark, store, str(clean_exports), AuditOptions(), now_ms=0)
-        try:
-            found = [(v.category.value, v.ledger_id) for v in result.sorted_violations()]
-        finally:
-            result.close()
-    assert store.reads_of_46 == 2 and result.rejudged == 1
-    assert found == [("orphan_ledger", 6), ("orphan_ledger", 17), ("orphan_ledger", 46)]
+    chroot = zk_load_dump(DUMP)
+    with ZooKeeperStore(zookeeper.connect_string, f"{chroot}/ledgers") as store:
+        source = zookeeper_source(store)
+        rows = []
+        for ledger_id in (5, 46):
+            path = f"{chroot}/ledgers/00/0000/L{ledger_id:04d}"
+            data, stat = zk_client.get(path)
+            listings = spark.read.parquet(str(clean_exports)).where(f"ledger_id = {ledger_id}").select(
+                "bookie_id", "entries", "damaged").collect()
+            rows.append(Row(ledger_id=ledger_id, path=path, data=data, ctime=stat.ctime,
+                            mzxid=stat.mzxid, listings=listings))
+        context = AuditContext(frozenset(), frozenset(bookie_id(f"bookie{n}") for n in range(1, 5)), frozenset())
+        broadcast = type("Broadcast", (), {"value": context})()
+        judged = list(judge_rows(broadcast, source, rows))
+        assert [(o.ledger_id, [v.category.value for v in o.violations], o.rejudged) for o in judged] == [
+            (5, [], False), (46, ["under_replicated_entry"], False)]
+        zk_client.delete(f"{chroot}/ledgers/00/0000/L0046")
+        judged = list(judge_rows(broadcast, source, rows))
+    assert [(o.ledger_id, o.status, [v.category.value for v in o.violations], o.rejudged) for o in judged] == [
+        (5, Status.JUDGED, [], False), (46, Status.JUDGED, ["orphan_ledger"], True)]
+    assert judged[1].mzxid is None

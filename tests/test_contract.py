@@ -334,3 +334,52 @@ def test_oracle_under_replicated_and_extra_copies_entry_by_entry():
                 reported_extra.add((e, bookie))
         assert reported == lacking
         assert reported_extra == extra
+
+
+def test_oracle_clean_listings_are_exactly_the_write_sets_and_judge_clean():
+    from scanner.audit.availability import decode_runs, encode_runs
+    from scanner.audit.judging import AuditContext, BookieListing, LedgerNode, Status, clean_listings, judge_ledger
+    from scanner.metadata.ledger import serialize_ledger_metadata
+
+    rng = random.Random(2424)
+    cleared = 0
+    for _ in range(400):
+        metadata, _ = random_case(rng)
+        node = LedgerNode("/ledgers/00/0000/L0007", serialize_ledger_metadata(metadata), None, 1)
+        everyone = frozenset(f"bk-{n}:3181" for n in range(7))
+        status, listings = clean_listings(7, node, AuditContext(everyone, everyone, frozenset()))
+        assert status is Status.JUDGED
+        if not metadata.is_closed or placement_violations(metadata):
+            assert listings is None
+            continue
+        wanted = {}
+        for fragment in metadata.fragments():
+            for e in range(fragment.first_entry_id, fragment.last_entry_id + 1):
+                for index in fragment.write_set(e):
+                    wanted.setdefault(fragment.bookies[index], set()).add(e)
+        assert {bookie: {e for first, last in decode_runs(want) for e in range(first, last + 1)}
+                for bookie, want in listings} == wanted
+        outcome = judge_ledger(7, node, [BookieListing(bookie, want, encode_runs(())) for bookie, want in listings],
+                               AuditContext(everyone, everyone, frozenset()))
+        assert outcome.violations == () and outcome.problems == ()
+        cleared += 1
+    assert cleared > 100
+
+
+def test_ledgers_that_listings_alone_cannot_clear_get_no_clean_listings():
+    from scanner.audit.judging import AuditContext, LedgerNode, Status, clean_listings
+    from scanner.metadata.ledger import serialize_ledger_metadata
+
+    def prepared(metadata, registered=frozenset({A, B, C, D}), marked=frozenset(), racks=None):
+        node = LedgerNode("/ledgers/00/0000/L0007", serialize_ledger_metadata(metadata), None, 1)
+        return clean_listings(7, node, AuditContext(registered, frozenset(), marked, racks))
+
+    closed = ledger([(0, [A, B, C])], last=9)
+    assert prepared(closed)[0] is Status.JUDGED and len(prepared(closed)[1]) == 3
+    assert prepared(closed, marked=frozenset({7})) == (Status.MARKED, None)
+    assert prepared(ledger([(0, [A, B, C])], state=LedgerState.OPEN)) == (Status.JUDGED, None)
+    assert prepared(ledger([(0, [A, B, A])], last=9)) == (Status.JUDGED, None)  # placement
+    assert prepared(closed, registered=frozenset({A, B})) == (Status.JUDGED, None)  # C unavailable
+    assert prepared(closed, racks={A: "r1", B: "r1", C: "r1"}) == (Status.JUDGED, None)  # one rack
+    node = LedgerNode("/ledgers/00/0000/L0007", b"not metadata", None, 1)
+    assert clean_listings(7, node, AuditContext(frozenset(), frozenset(), frozenset())) == (Status.UNDECODABLE, None)

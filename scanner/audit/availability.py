@@ -137,13 +137,7 @@ class EntryAvailability:
         Each maximal run becomes one group with period 0 (BookKeeper never merges runs into periodic
         groups); a run longer than a 32-bit sequence size is split across several groups.
         """
-        groups = []
-        for first, last in _coalesce(runs):
-            while first <= last:
-                size = min(last - first + 1, MAX_SEQUENCE_SIZE)
-                groups.append(SequenceGroup(first, first, size, 0))
-                first += size
-        return cls(tuple(groups))
+        return cls(tuple(SequenceGroup(first, first, size, 0) for first, size in _sequences(_coalesce(runs))))
 
     @classmethod
     def from_entry_ids(cls, entry_ids: Iterable[int]) -> EntryAvailability:
@@ -175,6 +169,22 @@ class EntryAvailability:
     def runs(self) -> Iterator[Run]:
         """Canonical runs of the entries held (adjacent groups joined)."""
         return _coalesce(_sequence_runs(map(_fields, self.groups)))
+
+
+def encode_runs(runs: Sequence[Run]) -> bytes:
+    """The ``AvailabilityOfEntriesOfLedger`` bytes of canonical ``runs``: ``EntryAvailability.from_runs(runs).encode()``,
+    without building the groups (the audit's hot path)."""
+    groups = [_GROUP.pack(first, first, size, 0) for first, size in _sequences(runs)]
+    return _HEADER.pack(HEADER_VERSION, len(groups)) + bytes(HEADER_SIZE - _HEADER.size) + b"".join(groups)
+
+
+def _sequences(runs: Iterable[Run]) -> Iterator[tuple[int, int]]:
+    """(first entry, size) of each sequence of canonical runs: a run longer than a 32-bit size is several."""
+    for first, last in runs:
+        while first <= last:
+            size = min(last - first + 1, MAX_SEQUENCE_SIZE)
+            yield first, size
+            first += size
 
 
 def decode_runs(data: bytes | bytearray | memoryview, source: str = "availability bytes") -> tuple[Run, ...]:

@@ -277,6 +277,21 @@ def _extra_copies(ledger_id: int, fragments: Sequence[Fragment], held: Mapping[s
     ]
 
 
+def write_set_runs(fragment: Fragment, index: int) -> Iterator[Run]:
+    """The runs of a closed fragment's entries whose write sets include ensemble ``index``, ascending: one per
+    stripe window (one in all when the write quorum is the ensemble)."""
+    size, quorum = fragment.ensemble_size, fragment.write_quorum
+    first, last = fragment.first_entry_id, fragment.last_entry_id
+    if quorum >= size:
+        yield first, last
+        return
+    start = _first_striped(index, first, size, quorum)
+    while start <= last:
+        end = start + (index - start) % size  # the window's last entry: the one at distance 0
+        yield start, min(end, last)
+        start = end + size - quorum + 1
+
+
 def _first_striped(index: int, entry_id: int, size: int, quorum: int) -> int:
     """The smallest entry >= entry_id whose write set includes ``index``."""
     distance = (index - entry_id) % size

@@ -1,10 +1,16 @@
 """The cluster audit (BP-34) on Spark: every bookie's exported listing joined with every ledger's metadata.
 
-The driver reads the metadata store: ledger znodes lazily, in pipelined batches, shipped to Spark batch
-by batch; the bookie registry; the under-replication marks. The exports are grouped by ledger and
-joined to the metadata (full outer: a listing without metadata is an orphan); ``judging.judge_ledger``
-runs on the executors. Before a violation is reported, the driver re-reads its ledger's metadata and
-judges again any ledger whose metadata changed meanwhile, as BP-34 asks.
+The driver reads only what is small: the bookie registry, the under-replication marks, and the ledger
+tree's intermediate levels. The ledger znodes are read on the executors into one DataFrame
+(``metadata_source``), each ledger prepared there: a closed ledger without placement or availability
+trouble comes with the listing every bookie must have exported for it to be clean.
+
+Judging is then done in bulk: Spark compares those listings with the exported ones, byte for byte, in
+one join on (ledger, bookie). Only the ledgers that comparison cannot clear (a listing that differs or is
+missing or damaged, an open ledger, a listing without metadata, a placement or availability violation)
+are judged in Python, one ledger at a time, by ``judging.judge_ledger``. Before a violation is
+reported, the executor that found it reads its ledger's metadata again and judges again a ledger whose
+metadata changed meanwhile, as BP-34 asks. The driver holds nothing per ledger.
 
 Runnable by spark-submit (it is the ``audit`` command):
     spark-submit --master yarn --py-files bookie-scanner.zip scanner/audit/job.py --exports DIR ...
@@ -12,24 +18,28 @@ Runnable by spark-submit (it is the ``audit`` command):
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import re
 import sys
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+import urllib.parse
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import islice
 
 from scanner.audit.contract import DEFAULT_MIN_RACKS, Category, Violation, long_under_replicated
 from scanner.audit.export import export_schema
+from scanner.audit.metadata_source import (READ_BATCH, ZooKeeperSource, connected, ledger_frame, read_nodes,
+                                            zookeeper_source)
 from scanner.audit.judging import (AuditContext, BookieListing, LedgerNode, LedgerOutcome, Status, judge_ledger,
                                    violation_row, violation_schema)
 from scanner.metadata.ledger_paths import ledger_path
-from scanner.metadata.store import MetadataStore, MetadataUnavailable
+from scanner.metadata.store import MetadataStore
+from scanner.metadata.zookeeper import ZooKeeperStore
 from scanner.repair.marks import DamagedMark, decode_mark, underreplication_path
 
-METADATA_BATCH = 10_000  # ledger znodes read (pipelined) and handed to Spark at a time
 DEFAULT_MAX_UNDER_REPLICATED_MS = 24 * 3600 * 1000
+VIOLATIONS_AT_A_TIME = 10_000  # about what the driver holds while it reports them
 _MARK_LEAF = re.compile(r"urL(\d+)")
 EXPORT_PARTITION = "bookie_id="  # the directories `bookie-scanner export` writes a bookie's rows into
 
@@ -43,7 +53,6 @@ class AuditOptions:
     racks: Mapping[str, str] | None = None
     min_racks: int = DEFAULT_MIN_RACKS
     max_under_replicated_ms: int = DEFAULT_MAX_UNDER_REPLICATED_MS
-    metadata_batch: int = METADATA_BATCH
 
 
 @dataclass
@@ -57,6 +66,7 @@ class AuditResult:
     counts: dict[str, int]
     not_judged: dict[str, int]
     rejudged: int
+    judged_one_by_one: int  # ledgers the bulk comparison of listings could not clear
     problems: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
@@ -68,6 +78,7 @@ class AuditResult:
             "registered_bookies": list(self.registered_bookies),
             "ledgers_not_judged": self.not_judged,
             "rejudged_after_metadata_change": self.rejudged,
+            "ledgers_judged_one_by_one": self.judged_one_by_one,
             "problems": self.problems,
         }
 
@@ -75,7 +86,10 @@ class AuditResult:
         """Every violation, by ledger then category, streamed from the executors."""
         from scanner.audit.judging import violation_from_row
 
-        for row in self.violations.orderBy("ledger_id", "category").toLocalIterator():
+        # ranges of a bounded size, one at a time: a sort's one coalesced partition would bring them all at once
+        parts = max(1, sum(self.counts.values()) // VIOLATIONS_AT_A_TIME)
+        for row in self.violations.repartitionByRange(parts, "ledger_id").sortWithinPartitions(
+                "ledger_id", "category").toLocalIterator():
             yield violation_from_row(row)
 
     def close(self) -> None:
@@ -84,38 +98,36 @@ class AuditResult:
 
 def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOptions, now_ms: int) -> AuditResult:
     """Audit the cluster ``store`` describes against the exports under ``exports_path``."""
-    from pyspark.sql import functions as F
     from pyspark.storagelevel import StorageLevel
 
-    exports = _read_exports(spark, exports_path)
-    exported = tuple(sorted(row[0] for row in exports.select("bookie_id").distinct().collect()))
-    if not exported:
-        raise AuditInputError(f"{exports_path}: no bookie exports (expected bookie_id=<id>/ partitions "
-                              "written by `bookie-scanner export`)")
+    exports, exported = _read_exports(spark, exports_path)
     registry = store.bookies()
     registered = registry.writable | registry.readonly
     marks = marked_ledgers(store)
-    context = AuditContext(frozenset(registered), frozenset(exported), frozenset(marks), options.racks,
-                           options.min_racks)
-    listings = exports.groupBy("ledger_id").agg(
-        F.collect_list(F.struct("bookie_id", "entries", "damaged")).alias("listings"))
-    metadata = spark.createDataFrame(_metadata_rdd(spark, store, options.metadata_batch), _metadata_schema())
-    joined = metadata.join(listings, "ledger_id", "full_outer")
-    outcomes = joined.rdd.mapPartitions(functools.partial(_judge_rows, spark.sparkContext.broadcast(context)))
-    outcomes.persist(StorageLevel.MEMORY_AND_DISK)
+    context = spark.sparkContext.broadcast(AuditContext(frozenset(registered), frozenset(exported),
+                                                        frozenset(marks), options.racks, options.min_racks))
+    ledgers = ledger_frame(spark, store, context).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        statuses = outcomes.map(lambda outcome: outcome.status.value).countByValue()
-        replaced = _rejudge_changed(store, exports, outcomes, context, options.metadata_batch)
-        problems = outcomes.flatMap(lambda outcome: outcome.problems).take(100)
-        kept = outcomes.filter(functools.partial(_not_in, spark.sparkContext.broadcast(frozenset(replaced))))
-        driver_side = [*(v for outcome in replaced.values() for v in outcome.violations),
-                       *long_under_replicated(marks, now_ms, options.max_under_replicated_ms)]
-        rows = kept.flatMap(lambda outcome: map(violation_row, outcome.violations)).union(
-            spark.sparkContext.parallelize([violation_row(v) for v in driver_side], 1))
-        violations = spark.createDataFrame(rows, violation_schema()).persist(StorageLevel.MEMORY_AND_DISK)
-        found = dict(violations.groupBy("category").count().collect())
+        statuses = dict(ledgers.groupBy("status").count().collect())
+        source = zookeeper_source(store) if isinstance(store, ZooKeeperStore) else None  # a dump does not change
+        outcomes = _judged_in_full(ledgers, exports, context, source)
+        outcomes.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            tally = outcomes.map(
+                lambda outcome: (outcome.mzxid is None, outcome.status.value, outcome.rejudged)).countByValue()
+            for (without_metadata, status, _), count in tally.items():
+                if without_metadata:  # listings of a ledger the metadata does not have
+                    statuses[status] = statuses.get(status, 0) + count
+            problems = outcomes.flatMap(lambda outcome: outcome.problems).take(100)
+            aged = [violation_row(v) for v in long_under_replicated(marks, now_ms, options.max_under_replicated_ms)]
+            rows = outcomes.flatMap(lambda outcome: map(violation_row, outcome.violations)).union(
+                spark.sparkContext.parallelize(aged, 1))
+            violations = spark.createDataFrame(rows, violation_schema()).persist(StorageLevel.MEMORY_AND_DISK)
+            found = dict(violations.groupBy("category").count().collect())
+        finally:
+            outcomes.unpersist()
     finally:
-        outcomes.unpersist()
+        ledgers.unpersist()
     return AuditResult(
         violations=violations,
         ledgers_checked=statuses.get(Status.JUDGED.value, 0),
@@ -123,27 +135,56 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
         registered_bookies=tuple(sorted(registered)),
         counts={category.value: found.get(category.value, 0) for category in Category},
         not_judged={status.value: statuses.get(status.value, 0) for status in Status if status is not Status.JUDGED},
-        rejudged=len(replaced),
+        rejudged=sum(count for (_, _, rejudged), count in tally.items() if rejudged),
+        judged_one_by_one=sum(tally.values()),
         problems=problems,
     )
 
 
+def _judged_in_full(ledgers, exports, context, source):
+    """``judge_ledger``'s outcomes for the ledgers a comparison of listings cannot clear, judged on the executors.
+
+    Every ledger's listings are gathered in one join with its metadata. A ledger is cleared when it has
+    clean listings and the listings exported for it are exactly those: the same bookies, the same bytes,
+    nothing damaged, every index read. Anything else (a listing that differs, is missing or damaged, a
+    listing of a bookie outside the ensembles or of a ledger without metadata, a judged ledger without
+    clean listings) is judged in full; ledgers with metadata that is not judged (marked, undecodable) are not.
+    """
+    from pyspark.sql import functions as F
+
+    listings = exports.groupBy("ledger_id").agg(
+        F.collect_list(F.struct("bookie_id", "entries", "damaged")).alias("listings"),
+        F.max((F.col("damaged_count") > 0) | F.col("index_problem").isNotNull()).alias("damage"))
+    joined = ledgers.join(listings, "ledger_id", "full_outer")
+    exported = F.transform("listings", lambda listing: F.struct(listing["bookie_id"].alias("bookie_id"),
+                                                                listing["entries"].alias("want")))
+    nothing_owed = F.col("listings").isNull() & (F.size("clean_listings") == 0)  # e.g. a closed empty ledger
+    cleared = F.col("clean_listings").isNotNull() & (
+        nothing_owed | (~F.col("damage") & (F.array_sort(exported) == F.array_sort("clean_listings"))))
+    judged = F.col("status").isNull() | ((F.col("status") == Status.JUDGED.value) & ~F.coalesce(cleared, F.lit(False)))
+    return joined.where(judged).select("ledger_id", "path", "data", "ctime", "mzxid", "listings").rdd.mapPartitions(
+        functools.partial(judge_rows, context, source))
+
+
 def _read_exports(spark, exports_path: str):
-    """Every bookie's listing under ``exports_path``: in ``bookie_id=<id>/`` partitions of that directory
-    (every bookie exporting into one directory), or of its subdirectories (one per bookie)."""
+    """Every bookie's listing under ``exports_path`` and the ids of the bookies that exported: in
+    ``bookie_id=<id>/`` partitions of that directory (every bookie exporting into one directory), or of
+    its subdirectories (one per bookie)."""
     try:
+        directories, bookies = export_dirs(spark, exports_path)
         frames = [spark.read.schema(export_schema()).option("basePath", directory).parquet(directory)
-                  for directory in export_dirs(spark, exports_path)]
+                  for directory in directories]
     except AuditInputError:
         raise
     except Exception as exc:  # AnalysisException and Hadoop's IOExceptions arrive through py4j
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise AuditInputError(f"cannot read exports at {exports_path}: {first_line}") from None
-    return functools.reduce(lambda left, right: left.unionByName(right), frames)
+    return functools.reduce(lambda left, right: left.unionByName(right), frames), bookies
 
 
-def export_dirs(spark, exports_path: str) -> list[str]:
-    """The directories under ``exports_path`` that hold ``bookie_id=<id>/`` partitions (any Hadoop filesystem)."""
+def export_dirs(spark, exports_path: str) -> tuple[list[str], tuple[str, ...]]:
+    """The directories under ``exports_path`` that hold ``bookie_id=<id>/`` partitions (any Hadoop filesystem),
+    and the bookie ids the partitions name."""
     hadoop_fs = spark._jvm.org.apache.hadoop.fs
     root = hadoop_fs.Path(exports_path)
     filesystem = root.getFileSystem(spark._jsc.hadoopConfiguration())
@@ -154,68 +195,17 @@ def export_dirs(spark, exports_path: str) -> list[str]:
         return [status.getPath() for status in filesystem.listStatus(path)
                 if status.isDirectory() and not status.getPath().getName().startswith(("_", "."))]
 
-    def holds_partitions(path) -> bool:
-        return any(child.getName().startswith(EXPORT_PARTITION) for child in subdirs(path))
+    def partitions(path) -> list[str]:
+        return [child.getName() for child in subdirs(path) if child.getName().startswith(EXPORT_PARTITION)]
 
-    if holds_partitions(root):
-        return [exports_path]
-    per_bookie = [child.toString() for child in subdirs(root) if holds_partitions(child)]
-    if not per_bookie:
+    found = {exports_path: partitions(root)}
+    if not found[exports_path]:
+        found = {child.toString(): named for child in subdirs(root) if (named := partitions(child))}
+    if not found:
         raise AuditInputError(f"{exports_path}: no bookie exports; expected {EXPORT_PARTITION}<id>/ directories "
                               f"in it (every bookie exporting into it) or in its subdirectories (one per bookie)")
-    return sorted(per_bookie)
-
-
-def _metadata_schema():
-    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
-
-    return StructType([
-        StructField("ledger_id", LongType(), False),
-        StructField("path", StringType(), False),
-        StructField("data", BinaryType(), False),
-        StructField("ctime", LongType(), True),
-        StructField("mzxid", LongType(), False),
-    ])
-
-
-def _metadata_rdd(spark, store: MetadataStore, batch_size: int):
-    """Every ledger znode as (ledger_id, path, data, ctime, mzxid); only one batch is in Python at a time."""
-    context = spark.sparkContext
-    batches = [context.parallelize([(ledger_id, node.path, node.data, node.ctime, node.mzxid)
-                                    for ledger_id, node in batch], 1)
-               for batch in ledger_node_batches(store, store.ledger_ids(), batch_size)]
-    return context.union(batches) if batches else context.emptyRDD()
-
-
-def ledger_node_batches(store: MetadataStore, ledger_ids: Iterable[int],
-                        batch_size: int = METADATA_BATCH) -> Iterator[list[tuple[int, LedgerNode]]]:
-    """The metadata znodes of ``ledger_ids`` (those that exist), ``batch_size`` ids at a time, pipelined on ZooKeeper."""
-    ids = iter(ledger_ids)
-    while batch := list(islice(ids, batch_size)):
-        yield _read_nodes(store, batch)
-
-
-def _read_nodes(store: MetadataStore, ledger_ids: list[int]) -> list[tuple[int, LedgerNode]]:
-    from scanner.metadata.zookeeper import ZooKeeperStore
-
-    paths = [(ledger_id, ledger_path(store.manager, store.root, ledger_id)) for ledger_id in ledger_ids]
-    if not isinstance(store, ZooKeeperStore):
-        found = [(ledger_id, store.node(path)) for ledger_id, path in paths]
-        return [(ledger_id, LedgerNode(node.path, node.data or b"", node.ctime, node.mzxid))
-                for ledger_id, node in found if node is not None]
-    from kazoo.exceptions import KazooException, NoNodeError
-
-    pending = [(ledger_id, path, store.client.get_async(path)) for ledger_id, path in paths]
-    nodes = []
-    for ledger_id, path, result in pending:
-        try:
-            data, stat = result.get()
-        except NoNodeError:
-            continue  # deleted since it was listed
-        except KazooException as exc:
-            raise MetadataUnavailable(f"ZooKeeper {store.hosts}: reading {path} failed: {type(exc).__name__}") from None
-        nodes.append((ledger_id, LedgerNode(path, data or b"", stat.ctime, stat.mzxid)))
-    return nodes
+    bookies = {urllib.parse.unquote(name[len(EXPORT_PARTITION):]) for named in found.values() for name in named}
+    return sorted(found), tuple(sorted(bookies))
 
 
 def marked_ledgers(store: MetadataStore) -> dict[int, int | None]:
@@ -244,41 +234,45 @@ def marked_ledgers(store: MetadataStore) -> dict[int, int | None]:
     return marks
 
 
-def _judge_rows(context_broadcast, rows) -> Iterator[LedgerOutcome]:
+def judge_rows(context_broadcast, source: ZooKeeperSource | None, rows) -> Iterator[LedgerOutcome]:
+    """``judge_ledger`` on each row (ledger_id, path, data, ctime, mzxid, listings), as the executors run it.
+
+    With ZooKeeper (``source``), a violating ledger's metadata is read again, a batch at a time, and a
+    ledger whose metadata changed since it was first read (or is gone) is judged again on what it is now:
+    BP-34's rule, nothing reported on the word of an earlier read. A dump does not change (None).
+    """
     context = context_broadcast.value
-    for row in rows:
-        node = None if row.data is None else LedgerNode(row.path, bytes(row.data), row.ctime, row.mzxid)
-        yield judge_ledger(row.ledger_id, node, _listings(row.listings or ()), context)
+    with contextlib.ExitStack() as stack:
+        client = None  # connected at the first violation to confirm
+        pending: list[tuple[LedgerOutcome, list[BookieListing]]] = []
+        for row in rows:
+            node = None if row.data is None else LedgerNode(row.path, bytes(row.data), row.ctime, row.mzxid)
+            listings = _listings(row.listings or ())
+            outcome = judge_ledger(row.ledger_id, node, listings, context)
+            if source is None or not outcome.violations:
+                yield outcome
+                continue
+            pending.append((outcome, listings))
+            if len(pending) == READ_BATCH:
+                client = client or stack.enter_context(connected(source))
+                yield from _confirmed(client, source, pending, context)
+                pending = []
+        if pending:
+            client = client or stack.enter_context(connected(source))
+            yield from _confirmed(client, source, pending, context)
+
+
+def _confirmed(client, source: ZooKeeperSource, pending, context) -> Iterator[LedgerOutcome]:
+    paths = [ledger_path(source.manager, source.root, outcome.ledger_id) for outcome, _ in pending]
+    for (outcome, listings), node in zip(pending, read_nodes(client, source, paths)):
+        if (None if node is None else node.mzxid) == outcome.mzxid:
+            yield outcome
+        else:
+            yield dataclasses.replace(judge_ledger(outcome.ledger_id, node, listings, context), rejudged=True)
 
 
 def _listings(rows) -> list[BookieListing]:
     return [BookieListing(row.bookie_id, bytes(row.entries), bytes(row.damaged)) for row in rows]
-
-
-def _not_in(excluded_broadcast, outcome: LedgerOutcome) -> bool:
-    return outcome.ledger_id not in excluded_broadcast.value
-
-
-def _rejudge_changed(store: MetadataStore, exports, outcomes, context: AuditContext,
-                     batch_size: int) -> dict[int, LedgerOutcome]:
-    """New outcomes for the violating ledgers whose metadata changed since it was read (BP-34: no false alarms)."""
-    from pyspark.sql import functions as F
-
-    judged_with = dict(outcomes.filter(lambda outcome: bool(outcome.violations))
-                       .map(lambda outcome: (outcome.ledger_id, outcome.mzxid)).collect())
-    fresh: dict[int, LedgerNode] = {}
-    for batch in ledger_node_batches(store, sorted(judged_with), batch_size):
-        fresh.update(batch)
-    changed = sorted(ledger_id for ledger_id, mzxid in judged_with.items()
-                     if (fresh[ledger_id].mzxid if ledger_id in fresh else None) != mzxid)
-    if not changed:
-        return {}
-    by_ledger: dict[int, list] = defaultdict(list)
-    for row in exports.where(F.col("ledger_id").isin(changed)).select(
-            "ledger_id", "bookie_id", "entries", "damaged").toLocalIterator():
-        by_ledger[row.ledger_id].append(row)
-    return {ledger_id: judge_ledger(ledger_id, fresh.get(ledger_id), _listings(by_ledger[ledger_id]), context)
-            for ledger_id in changed}
 
 
 def main(argv: list[str] | None = None) -> int:

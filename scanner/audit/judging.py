@@ -1,6 +1,10 @@
-"""The audit's per-ledger step, as it runs on Spark's executors: znode bytes and listings in, an outcome out.
+"""The audit's per-ledger steps, as they run on Spark's executors.
 
-Pure and picklable: no Spark, no ZooKeeper. Everything the step needs beyond one ledger's row travels
+``clean_listings``: znode bytes in; the listing each bookie must have exported for the ledger to be
+clean, when listings alone can tell (Spark then compares them in bulk); ``judge_ledger``: znode bytes and
+listings in, an outcome out, for the ledgers that comparison cannot clear.
+
+Pure and picklable: no Spark, no ZooKeeper. Everything the steps need beyond one ledger's row travels
 in an ``AuditContext`` (broadcast once per job).
 """
 
@@ -10,8 +14,9 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from scanner.audit.availability import AvailabilityError, SequenceGroup, decode_runs
-from scanner.audit.contract import DEFAULT_MIN_RACKS, Category, Violation, ledger_violations, unavailable_bookies
+from scanner.audit.availability import AvailabilityError, SequenceGroup, decode_runs, encode_runs, merge_runs
+from scanner.audit.contract import (DEFAULT_MIN_RACKS, Category, Violation, ledger_violations, placement_violations,
+                                    unavailable_bookies, write_set_runs)
 from scanner.metadata.ledger import MetadataFormatError, parse_ledger_metadata
 
 
@@ -54,6 +59,7 @@ class LedgerOutcome:
     violations: tuple[Violation, ...] = ()
     mzxid: int | None = None  # of the metadata judged; None for a ledger without metadata
     problems: tuple[str, ...] = ()  # listings that could not be read (counted as holding nothing)
+    rejudged: bool = False  # judged again: the metadata changed after it was first read
 
 
 def judge_ledger(ledger_id: int, node: LedgerNode | None, listings: Iterable[BookieListing],
@@ -80,6 +86,33 @@ def judge_ledger(ledger_id: int, node: LedgerNode | None, listings: Iterable[Boo
     if metadata is not None:
         violations += unavailable_bookies(metadata, context.registered, context.exported)
     return LedgerOutcome(ledger_id, Status.JUDGED, tuple(violations), mzxid, tuple(problems))
+
+
+def clean_listings(ledger_id: int, node: LedgerNode, context: AuditContext
+                   ) -> tuple[Status, tuple[tuple[str, bytes], ...] | None]:
+    """The ledger's status and, for a closed ledger without placement or availability violations, the
+    ``entries`` bytes every bookie holding a share of it must have exported (and nothing damaged) for it to
+    be clean: exactly its write sets' entries, encoded as the export encodes them. None: judge it in full.
+
+    Those bytes equal for every bookie of the ensembles, and no other bookie listing the ledger, is
+    exactly the case where ``judge_ledger`` finds nothing.
+    """
+    if ledger_id in context.marked:
+        return Status.MARKED, None
+    try:
+        metadata = parse_ledger_metadata(ledger_id, node.data, node.ctime, source=node.path)
+    except MetadataFormatError:
+        return Status.UNDECODABLE, None
+    if (not metadata.is_closed or placement_violations(metadata, context.racks, context.min_racks)
+            or unavailable_bookies(metadata, context.registered, context.exported)):
+        return Status.JUDGED, None
+    runs: dict[str, list] = {}
+    for fragment in metadata.fragments():
+        for index, bookie in enumerate(fragment.bookies):
+            runs.setdefault(bookie, []).extend(write_set_runs(fragment, index))
+    encoded: dict[tuple, bytes] = {}  # bookies holding the same entries (write quorum = ensemble) share the bytes
+    return Status.JUDGED, tuple((bookie, encoded.get(key) or encoded.setdefault(key, encode_runs(key)))
+                                for bookie, held in runs.items() if held for key in (merge_runs(held),))
 
 
 def violation_row(violation: Violation) -> tuple:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_metadata_option
 from scanner.commands.output import add_format_option
-from scanner.envelope import envelope, write_document
+from scanner.envelope import envelope
 
 DESCRIPTION = """\
 Judge every ledger of the cluster against what every bookie exported (`bookie-scanner export`):
@@ -96,7 +98,8 @@ def run(args) -> int:
     from scanner.audit.contract import DEFAULT_MIN_RACKS
     from scanner.audit.job import AuditInputError, AuditOptions, run_audit
     from scanner.audit.spark_session import SparkUnavailable, running_spark
-    from scanner.commands.bookie_args import metadata_store
+    from scanner.commands.bookie_args import metadata_store, metadata_uri
+    from scanner.metadata.uri import dump_path
     from scanner.metadata.store import MetadataUnavailable
 
     if args.marks_per_second < 0:
@@ -107,7 +110,10 @@ def run(args) -> int:
     options = AuditOptions(racks=parse_racks(args.racks) if args.racks else None,
                            min_racks=args.min_racks or DEFAULT_MIN_RACKS,
                            max_under_replicated_ms=parse_duration_ms(args.max_under_replicated_age))
-    store = metadata_store(args)
+    uri = metadata_uri(args)
+    store = None if uri.startswith("file:") else metadata_store(args)  # a dump is read by Spark, below
+    if store is None and not Path(dump_path(uri)).is_file():
+        raise UsageError(f"{dump_path(uri)}: no such dump file")
     spark_log = None if args.verbose else spark_log_path()
     keep_log = False  # only a failure of Spark's, whose one line names it
     try:
@@ -115,8 +121,9 @@ def run(args) -> int:
         if args.mark:
             from scanner.repair.after_scan import marks_for
 
-            marks = marks_for(store)  # a usage error before the job, not after
+            marks = marks_for(store)  # a usage error before the job, not after (a dump cannot be marked)
         with running_spark("bookie-scanner audit", args.master, log_path=spark_log) as spark:
+            store = store or _dump_store(spark, uri)
             result = run_audit(spark, store, args.exports, options, now_ms=int(time.time() * 1000))
             try:
                 if args.output:
@@ -138,9 +145,25 @@ def run(args) -> int:
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata unavailable: {exc}") from None
     finally:
-        store.close()
+        if store is not None:
+            store.close()
         if spark_log is not None and not keep_log:
             spark_log.unlink(missing_ok=True)  # nobody needs Spark's chatter of a run that went through
+
+
+def _dump_store(spark, uri: str):
+    """The dump a ``file:`` URI names, read by Spark (the driver keeps only what is not a ledger)."""
+    from scanner.audit.dump_frame import DumpFrameStore
+    from scanner.metadata.ledger_paths import LayoutError
+    from scanner.metadata.snapshot import DumpFormatError
+    from scanner.metadata.uri import dump_path
+
+    try:
+        return DumpFrameStore(spark, dump_path(uri))
+    except (DumpFormatError, LayoutError) as exc:
+        raise UsageError(str(exc)) from None
+    except Exception as exc:  # Spark's parse errors arrive through py4j
+        raise UsageError(f"cannot read {uri}: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
 
 
 def spark_log_path() -> Path:
@@ -172,14 +195,13 @@ def _write_parquet(violations, output: str) -> None:
 
 def _report(result, repair: dict | None, output_format: str) -> None:
     if output_format == "json":
-        document = {"summary": result.summary(), "violations": [_violation_json(v) for v in result.sorted_violations()]}
-        if repair is not None:
-            document["repair"] = repair
-        write_document(envelope("audit_report", document))
+        document = {"summary": result.summary(), **({"repair": repair} if repair is not None else {})}
+        _write_streamed(envelope("audit_report", document), "violations", map(_violation_json, result.sorted_violations()))
         return
     summary = result.summary()
     print(f"cluster audit: {summary['ledgers_checked']} ledgers checked against {summary['bookies']} exported "
-          f"bookies ({', '.join(summary['exported_bookies'])}); {len(summary['registered_bookies'])} registered")
+          f"bookies ({', '.join(summary['exported_bookies'])}); {len(summary['registered_bookies'])} registered; "
+          f"{summary['ledgers_judged_one_by_one']} judged one by one (the rest cleared in bulk)")
     not_judged = {status: n for status, n in summary["ledgers_not_judged"].items() if n}
     if not_judged:
         print("not judged: " + ", ".join(f"{n} {status}" for status, n in not_judged.items()))
@@ -196,6 +218,15 @@ def _report(result, repair: dict | None, output_format: str) -> None:
             print(f"marks naming {bookie}: marked {section['marked']}, merged {section['merged']}, "
                   f"already marked {section['already_marked']}, disabled {section['disabled']}, "
                   f"failed {section['failed']}")
+
+
+def _write_streamed(document: dict, key: str, items) -> None:
+    """``document`` with ``key``: a list of ``items``, written as they come (the driver never holds the list)."""
+    head = json.dumps(document, indent=2)
+    sys.stdout.write(f'{head[:-2]},\n  "{key}": [')
+    for number, item in enumerate(items):
+        sys.stdout.write(("," if number else "") + "\n    " + json.dumps(item))
+    sys.stdout.write("\n  ]\n}\n")
 
 
 def _group_text(group) -> str:

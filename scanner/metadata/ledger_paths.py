@@ -218,3 +218,24 @@ def _walk(tree: _Tree, path: str, names: tuple[str, ...], children: Callable[[st
         ledger_id = _id_of(names + (name,))
         if ledger_id is not None:
             yield ledger_id
+
+
+def leaf_parents(manager: LedgerManager, root: str, children: Callable[[str], Sequence[str]]) -> Iterator[str]:
+    """The znodes whose children are ledger leaves (the hierarchical managers' last level; flat: the root).
+
+    Lists the intermediate levels only, never the leaves: a cluster's ledgers can then be read
+    parent by parent, in parallel, by whoever lists and reads each parent's leaves.
+    """
+    for tree in _TREES[manager]:
+        yield from _parents(tree, root, 0, children)
+
+
+def _parents(tree: _Tree, path: str, depth: int, children: Callable[[str], Sequence[str]]) -> Iterator[str]:
+    if depth == len(tree.levels):
+        yield path
+        return
+    for name in sorted(children(path), key=lambda n: (len(n), n)):
+        if depth == 0 and is_special_znode(name):
+            continue
+        if tree.levels[depth].fullmatch(name):
+            yield from _parents(tree, f"{path}/{name}", depth + 1, children)

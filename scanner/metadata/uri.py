@@ -114,10 +114,7 @@ def open_metadata(uri: str, *, connect_timeout: float | None = None) -> Metadata
     if uri.startswith("file:"):
         from scanner.metadata.snapshot import SnapshotStore
 
-        path = uri[len("file://") :] if uri.startswith("file://") else uri[len("file:") :]
-        if not path:
-            raise MetadataUriError(f"metadata URI {redacted(uri)!r}: expected file:PATH")
-        return SnapshotStore(urllib.parse.unquote(path))
+        return SnapshotStore(dump_path(uri))
     target = parse_zookeeper_uri(pulsar_store_as_zk_uri(uri) if uri.startswith(PULSAR_SCHEME) else uri)
     from scanner.metadata.zookeeper import DEFAULT_CONNECT_TIMEOUT, ZooKeeperStore
 
@@ -128,6 +125,14 @@ def open_metadata(uri: str, *, connect_timeout: float | None = None) -> Metadata
         auth=target.auth,
         connect_timeout=DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout,
     )
+
+
+def dump_path(uri: str) -> str:
+    """The path a ``file:`` metadata URI names; MetadataUriError if it names none."""
+    path = uri[len("file://") :] if uri.startswith("file://") else uri[len("file:") :]
+    if not path:
+        raise MetadataUriError(f"metadata URI {redacted(uri)!r}: expected file:PATH")
+    return urllib.parse.unquote(path)
 
 
 def pulsar_store_as_zk_uri(uri: str) -> str:

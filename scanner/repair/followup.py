@@ -329,9 +329,8 @@ class FollowUp:
             record = self._update(record, self._now_ms(), "mark_cleared",
                                   "the mark was cleared by another repairer (a ReplicationWorker's check)")
         plan = self._current_damage(record, store, reverify, report)
-        if plan is None:
-            if ledger_id not in self.tracked:
-                self.marks.clear(ledger_id, self.bookie_id)
+        if plan is None:  # ended: this bookie's copies need nothing more, so neither does its mark
+            self.marks.clear(ledger_id, self.bookie_id)
             return
         if plan.action is Action.DEFER:
             report.waiting.append(ledger_id)

@@ -12,7 +12,7 @@ Kinds, and what the scanner calls them:
   header      the entry id in a record's header changed                 corrupt_entry
   index_slot  one entry's index slot (.idx) or key (RocksDB) removed      missing_entry
   idx_file    a ledger's whole .idx file deleted (.idx storage only)      missing_ledger
-  truncated   a rotated entry log cut in its last records                lost_entry (+ damaged_entry_log)
+  truncated   a rotated entry log cut in its last record                 lost_entry (+ damaged_entry_log)
   zero_page   a 4 KiB page in the middle of a rotated log zeroed          lost/corrupt entries (+ damaged_entry_log)
 """
 
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict
 
+from faults.inject import overwrite, set_location, xor_byte
 from scanner.storage.bookie import open_bookie
 from scanner.storage.entrylog import EntryLog
-from scanner.storage.indexfile import HEADER_SIZE, SLOT_SIZE
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
 
@@ -45,8 +45,10 @@ class Injected:
     storage: str
     ledgers: dict[str, set[int]] = field(default_factory=dict)
     entries: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (ledger, entry), single-entry kinds
-    # entry log holding damaged records -> (every ledger with records there, the ledgers whose records are damaged)
-    logs: dict[int, tuple[set[int], set[int]]] = field(default_factory=dict)
+    # entry log holding a damaged record the bookie can still compact past (a corrupt payload or header) ->
+    # (records there by ledger, the ledgers whose records are damaged). A zeroed page or a cut log is not one:
+    # BookKeeper's compaction fails on it every time (a zeroed page reads as a negative ledger id), and keeps it.
+    logs: dict[int, tuple[dict[int, int], set[int]]] = field(default_factory=dict)
     at: float = 0.0  # when the bookie was up again with the damage (time.time()), set by the caller
     # (single-entry kinds prefer a log whose other ledgers hold a fifth of it: deleting them gets it compacted)
 
@@ -104,7 +106,7 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
             if len(held) < 8 or not ledgers_in_log[log_id] <= set(metas):
                 continue
             if kind == "truncated":
-                cut = held[-3].pos - 4 + 10  # inside a record's header, three records before the end
+                cut = held[-1].pos - 4 + 10  # inside the last record's header: it and the ledgers map are gone
                 at, hit = cut, [r for r in held if r.pos + 16 > cut]
             else:
                 page = _page_to_zero(held, metas)
@@ -115,6 +117,9 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
                 return log_id, held, at, hit
         raise AssertionError(f"{bookie.name}: no sealed log left to damage ({kind}) among untouched ledgers "
                              f"({len(sealed)} sealed logs, {len(metas)} flushed closed ledgers, {len(used)} touched)")
+
+    def records_by_ledger(log_id: int) -> dict[int, int]:
+        return {ledger: records_in_log[log_id, ledger] for ledger in ledgers_in_log[log_id]}
 
     def compactable(r: _Record) -> bool:
         # Other ledgers hold a fifth of the log's records: deleting them makes the bookie compact the log.
@@ -143,8 +148,7 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
             if kind == "truncated":
                 os.truncate(sealed[log_id], at)
             else:
-                _write(sealed[log_id], at, bytes(PAGE))
-            result.logs[log_id] = (ledgers_in_log[log_id], {r.ledger_id for r in hit})
+                overwrite(sealed[log_id], at, bytes(PAGE))
             result.ledgers[kind] = {r.ledger_id for r in hit}
             used |= result.ledgers[kind]
             continue
@@ -154,11 +158,11 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
         result.entries[kind] = (r.ledger_id, r.entry_id)
         path = sealed[r.log_id]
         if kind in ("payload", "header"):
-            result.logs[r.log_id] = (ledgers_in_log[r.log_id], {r.ledger_id})
+            result.logs[r.log_id] = (records_by_ledger(r.log_id), {r.ledger_id})
         if kind == "payload":
-            _xor(path, r.pos + 32 + 20 + 10, 0xA5)  # past the header and the longest digest
+            xor_byte(path, r.pos + 32 + 20 + 10, 0xA5)  # past the header and the longest digest
         elif kind == "header":
-            _xor(path, r.pos + 15, 0x01)  # the entry id's low byte: the record names its neighbour
+            xor_byte(path, r.pos + 15, 0x01)  # the entry id's low byte: the record names its neighbour
         elif kind == "index_slot":
             _remove_location(storage_kind, index_dir, r.ledger_id, r.entry_id)
         elif kind == "idx_file":
@@ -186,24 +190,9 @@ def _sealed(log_file) -> bool:
         return entry_log.header is not None and entry_log.header.ledgers_map_offset > 0
 
 
-def _xor(path: Path, offset: int, mask: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)[0]
-        f.seek(offset)
-        f.write(bytes([byte ^ mask]))
-
-
-def _write(path: Path, offset: int, data: bytes) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        f.write(data)
-
-
 def _remove_location(storage_kind: str, index_dir: Path, ledger_id: int, entry_id: int) -> None:
     if storage_kind != "db":
-        idx = next(index_dir.rglob(f"{ledger_id:x}.idx"))
-        _write(idx, HEADER_SIZE + SLOT_SIZE * entry_id, bytes(SLOT_SIZE))
+        set_location(index_dir.parent, storage_kind, ledger_id, entry_id, None)
         return
     # Deleted in RocksDB's write-ahead log only (no flush): the bookie's own RocksDB, older than the
     # binding's, replays the log at start and writes its own tables.

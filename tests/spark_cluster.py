@@ -1,0 +1,70 @@
+"""A real Spark standalone cluster on this machine: a master and workers started from pyspark's own ``spark-class``.
+
+``with StandaloneCluster(directory, workers=2) as cluster:`` starts the master and the workers (each with
+``cores`` cores), waits until every worker has registered, and offers ``cluster.url`` (``spark://...``);
+leaving the block stops the workers, then the master (only the JVMs it started). Logs go to ``directory``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from zookeeper_server import free_port
+
+REGISTERED = "Successfully registered with master"
+
+
+class ClusterSetupError(RuntimeError):
+    """The standalone cluster did not come up; the message names the log to read."""
+
+
+class StandaloneCluster:
+    def __init__(self, directory: Path, workers: int, cores: int = 1, memory: str = "2g"):
+        import pyspark
+
+        self.spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+        self.directory, self.workers, self.cores, self.memory = Path(directory), workers, cores, memory
+        self.processes: list[subprocess.Popen] = []
+        self.url = ""
+
+    def __enter__(self) -> StandaloneCluster:
+        port = free_port()
+        self.url = f"spark://127.0.0.1:{port}"
+        try:
+            self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                        "--webui-port", str(free_port()))
+            for number in range(self.workers):
+                self._start(f"worker{number}", "org.apache.spark.deploy.worker.Worker", self.url,
+                            "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
+                            "--webui-port", str(free_port()), "--work-dir", str(self.directory / f"work{number}"))
+            self._wait_for_workers(timeout=120)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _start(self, name: str, main_class: str, *args: str) -> None:
+        with (self.directory / f"{name}.log").open("ab") as log:
+            self.processes.append(subprocess.Popen([str(self.spark_class), main_class, *args], stdout=log,
+                                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+
+    def _wait_for_workers(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        logs = [self.directory / f"worker{number}.log" for number in range(self.workers)]
+        while not all(REGISTERED in log.read_text(errors="replace") for log in logs):
+            exited = [process.args[1] for process in self.processes if process.poll() is not None]
+            if exited or time.monotonic() > deadline:
+                raise ClusterSetupError(f"the standalone cluster did not come up ({', '.join(exited) or 'timeout'}); "
+                                        f"logs in {self.directory}")
+            time.sleep(0.2)
+
+    def __exit__(self, *exc_info) -> None:
+        for process in reversed(self.processes):  # the workers first: they stop their executors
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
