@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from scanner.checks.findings import Category, EntryRanges, Finding, count_in_ranges
+from scanner.checks.findings import Category, EntryRanges, Finding, count_in_ranges, merge_ranges
 from scanner.statefile import FILE_MODE, DamagedStateFile, note_write, read_json
 
 log = logging.getLogger(__name__)
@@ -384,21 +384,10 @@ def _joined(before: Finding, now: Finding) -> Finding:
     """One finding for two parts of the same damage met in one pass: their entries together, the first words."""
     if before.entries is None or now.entries is None:
         return now
-    entries = _union(before.entries + now.entries)
+    entries = merge_ranges(before.entries + now.entries)
     offsets = [o for o in (before.offset, now.offset) if o is not None]
     return Finding(now.category, now.ledger_id, entries, now.entry_log, min(offsets) if offsets else None,
                    before.detail)
-
-
-def _union(ranges: EntryRanges) -> EntryRanges:
-    """Inclusive ranges merged where they overlap or touch (never one id at a time: a range may be huge)."""
-    merged: list[tuple[int, int]] = []
-    for first, last in sorted(ranges):
-        if merged and first <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
-        else:
-            merged.append((first, last))
-    return tuple(merged)
 
 
 def _marks(values: Iterable) -> str:
