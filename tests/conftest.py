@@ -25,16 +25,22 @@ import pytest
 from zookeeper_server import ZooKeeperServer, ZooKeeperSetupError, load_dump
 
 _chroot_numbers = itertools.count(1)
-
-# Tests that start a whole cluster, by the file that holds them -> the xdist group they run in, in turn.
-_CLUSTER_GROUPS = {"test_livebk.py": "bookkeeper_cluster", "test_audit_cluster.py": "spark_cluster"}
+_SLOW_KINDS = ("live", "spark", "install")  # a cluster, a JVM or a fresh venv: seconds before the first assert
 
 
 def pytest_collection_modifyitems(items):
+    """Every test under tests/live/ is live; every live, spark and install test is slow too, so ``-m "not slow"``
+    is the fast tier. Under xdist, the live tests run in turn on one worker (each starts a BookKeeper cluster),
+    and so do those of the standalone Spark cluster."""
     for item in items:
-        group = "bookkeeper_cluster" if "live" in item.path.parent.parts[-1:] else _CLUSTER_GROUPS.get(item.path.name)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if "live" in item.path.parent.relative_to(item.config.rootpath).parts:
+            item.add_marker(pytest.mark.live)
+        if any(item.get_closest_marker(kind) for kind in _SLOW_KINDS):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("live"):
+            item.add_marker(pytest.mark.xdist_group("bookkeeper_cluster"))
+        elif item.path.name == "test_audit_cluster.py":
+            item.add_marker(pytest.mark.xdist_group("spark_cluster"))
 
 
 @pytest.fixture(scope="session")
