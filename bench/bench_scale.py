@@ -101,8 +101,8 @@ def cat_seconds(paths: Iterable[Path | str], cpu: int | None) -> float:
 
 
 def scan(bookie: GeneratedBookie, scanner: Path, cpu: int | None) -> Run:
-    command = [str(scanner), "scan", "--bookie-conf", str(bookie.bookie_conf), "--metadata", f"file:{bookie.dump}",
-               "--format", "json"]
+    command = [str(scanner), "scan", "--full-speed", "--bookie-conf", str(bookie.bookie_conf),
+               "--metadata", f"file:{bookie.dump}", "--format", "json"]
     child = run_measured(command, cpu)
     if child.exit_status not in (0, 1):
         raise SystemExit(f"scan of {bookie.directory} exited {child.exit_status}: {child.error_tail}")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 from typing import NoReturn
 
 from scanner.scan import allocator
@@ -26,8 +28,11 @@ COMMAND_MODULES = (
     "repair",
 )
 
-EXIT_USAGE = 2
+# Exit statuses every command shares; 0 and 1 are each command's own (clean, findings: see its --help).
+EXIT_USAGE = 2  # the operator fixes the command line, the config or what they name: restarting does not help
+EXIT_CRASH = 70  # an unexpected error (sysexits' EX_SOFTWARE): a bug or an unforeseen condition; worth a restart
 EXIT_INTERRUPTED = 130  # as a shell reports SIGINT
+EXIT_BROKEN_PIPE = 141  # as a shell reports SIGPIPE: whoever read the output stopped reading (`| head`)
 
 
 class UsageError(Exception):
@@ -81,21 +86,35 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as done:  # --help, --version, or a command-line mistake already told in one line
         return done.code
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a reader gone before the last buffered bytes is a broken pipe too
+        return status
     except UsageError as exc:
         print(f"bookie-scanner {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
-        return 0
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print(f"bookie-scanner {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug or an unforeseen condition: one line, the traceback only on request
         if args.verbose:
-            raise
+            traceback.print_exc()
         print(f"bookie-scanner {args.command}: unexpected {type(exc).__name__}: {_one_line(str(exc))} "
-              "(run with --verbose for the traceback)", file=sys.stderr)
-        return EXIT_USAGE
+              + ("" if args.verbose else "(run with --verbose for the traceback)"), file=sys.stderr)
+        return EXIT_CRASH
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush at exit must not fail on the closed pipe again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture): nothing will flush to a pipe
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _one_line(message: str) -> str:

@@ -28,9 +28,17 @@ def write_atomically(path: Path, data: bytes) -> None:
     try:
         _replace(path, data)
     except OSError as exc:
-        _failed_writes[path] = f"cannot write {path}: {exc.strerror or exc}"
+        note_write(path, f"cannot write {path}: {exc.strerror or exc}")
         raise
-    _failed_writes.pop(path, None)
+    note_write(path, None)
+
+
+def note_write(path: Path, problem: str | None) -> None:
+    """Remember why the last write of ``path`` failed (None: it succeeded), for ``write_problem``."""
+    if problem is None:
+        _failed_writes.pop(Path(path), None)
+    else:
+        _failed_writes[Path(path)] = problem
 
 
 def _replace(path: Path, data: bytes) -> None:

@@ -10,6 +10,10 @@
 - ``zk_load_dump`` (per test): ``zk_load_dump(dump_path) -> chroot`` loads a dump file (the
   corpus ``zk-dump.json`` format) into a fresh chroot; ``/ledgers`` of the dump is then at
   ``chroot + "/ledgers"``. Ephemeral znodes stay alive until the session's client closes.
+
+Under pytest-xdist (``./dev test`` runs two workers, ``--dist loadgroup``), the tests that start a
+BookKeeper cluster run one after another on one worker, and so do those that start a standalone Spark
+cluster: two of either at once would starve each other of the machine's cores.
 """
 
 from __future__ import annotations
@@ -21,6 +25,22 @@ import pytest
 from zookeeper_server import ZooKeeperServer, ZooKeeperSetupError, load_dump
 
 _chroot_numbers = itertools.count(1)
+_SLOW_KINDS = ("live", "spark", "install")  # a cluster, a JVM or a fresh venv: seconds before the first assert
+
+
+def pytest_collection_modifyitems(items):
+    """Every test under tests/live/ is live; every live, spark and install test is slow too, so ``-m "not slow"``
+    is the fast tier. Under xdist, the live tests run in turn on one worker (each starts a BookKeeper cluster),
+    and so do those of the standalone Spark cluster."""
+    for item in items:
+        if "live" in item.path.parent.relative_to(item.config.rootpath).parts:
+            item.add_marker(pytest.mark.live)
+        if any(item.get_closest_marker(kind) for kind in _SLOW_KINDS):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("live"):
+            item.add_marker(pytest.mark.xdist_group("bookkeeper_cluster"))
+        elif item.path.name == "test_audit_cluster.py":
+            item.add_marker(pytest.mark.xdist_group("spark_cluster"))
 
 
 @pytest.fixture(scope="session")

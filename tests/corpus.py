@@ -40,7 +40,7 @@ def scan_args(name: str, ledger_dir: Path | None = None) -> list[str]:
 
 
 def scan(capsys, *args: str) -> tuple[int, dict]:
-    status = main(["scan", *args, "--format", "json"])
+    status = main(["scan", "--full-speed", *args, "--format", "json"])
     return status, json.loads(capsys.readouterr().out)
 
 

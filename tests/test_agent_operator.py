@@ -5,6 +5,8 @@ port, bad request bodies and ids, and logs that stay readable under floods."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import socket
 import stat
@@ -13,6 +15,7 @@ import pytest
 
 from scanner.agent.endpoint import READ_TIMEOUT_SECONDS
 from scanner.agent.lograte import RateLimitedLog
+from scanner.commands.run import log_format
 from scanner.sample.sample_cluster import build_sample
 from test_agent_service import AgentProcess, cli, wait_for, write_config
 from threads import run_in_thread
@@ -139,7 +142,7 @@ def test_state_files_are_private_and_temp_files_of_interrupted_writes_are_remove
         if agent.process.poll() is None:
             agent.kill()
     files = [p for p in state.iterdir() if p.is_file()]
-    assert {"cursor-0.json", "suspects.json", "findings.json", "paused", "suspects.inbox"} <= {p.name for p in files}
+    assert {"cursor-0.json", "suspects.json", "findings.db", "paused", "suspects.inbox"} <= {p.name for p in files}
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o600 for p in files}
 
 
@@ -157,6 +160,7 @@ def test_a_busy_listen_port_is_one_line_and_exit_2(tmp_path, sample):
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "in use" in done.stderr
 
 
+@pytest.mark.slow
 def test_bad_bodies_and_ids_are_400_and_change_nothing(tmp_path, running):
     agent = running
     address = agent.address()
@@ -200,7 +204,14 @@ def test_pause_resume_reload_and_stop_are_each_one_info_line(tmp_path, running):
     lines = (tmp_path / "agent.err").read_text().splitlines()
     for event in ("scanning paused", "scanning resumed", "configuration reloaded from", "SIGTERM received"):
         said = [line for line in lines if event in line]
-        assert len(said) == 1 and said[0].startswith("INFO "), (event, said)
+        assert len(said) == 1 and re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO ", said[0]), (event, said)
+
+
+def test_log_lines_carry_a_timestamp_unless_stderr_is_the_journal():
+    stderr = os.fstat(2)
+    assert log_format({}).startswith("%(asctime)s ")
+    assert log_format({"JOURNAL_STREAM": f"{stderr.st_dev}:{stderr.st_ino + 1}"}).startswith("%(asctime)s ")
+    assert log_format({"JOURNAL_STREAM": f"{stderr.st_dev}:{stderr.st_ino}"}).startswith("%(levelname)s ")
 
 
 def test_a_flood_of_dropped_suspects_is_a_line_now_and_then_with_a_count(tmp_path, running):

@@ -3,16 +3,17 @@ that cannot finish a pass within the period is reported with the rate that would
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections import Counter
 
+import pytest
+
 from corpus import CORPUS, corruption_report, scan, scan_args
 from scanner.agent.schedule import pass_schedule
-from scanner.agent.units import duration_text, rate_text
+from scanner.units import duration_text, rate_text
 from scanner.sample.sample_cluster import build_sample
-from test_agent_service import AgentProcess, cli, wait_for, write_config
+from test_agent_service import AgentProcess, book_entries, cli, wait_for, write_config
 from tree_state import snapshot
 
 DUMP = CORPUS / "zk-dump.json"
@@ -20,6 +21,7 @@ DAMAGED_COPY = CORPUS / "corrupted" / "bookie1-corrupted" / "ledgers"
 WEEK = 7 * 86400
 
 
+@pytest.mark.slow
 def test_at_the_configured_rate_every_injected_fault_is_on_health_within_bytes_over_rate_then_it_idles(
         tmp_path, capsys):
     ledgers = tmp_path / "bookie1" / "ledgers"
@@ -50,7 +52,7 @@ def test_at_the_configured_rate_every_injected_fault_is_on_health_within_bytes_o
         experiment = next(e for e in corruption_report()["experiments"] if e["copy_dir"].endswith("bookie1-corrupted"))
         faults = {f["kind"]: f for f in experiment["faults"]}
         found = {(item["finding"]["category"], item["finding"]["ledger_id"], item["finding"]["entry_log"])
-                 for item in json.loads((tmp_path / "state" / "findings.json").read_text())["known"].values()}
+                 for item in book_entries(tmp_path / "state")}
         assert ("corrupt_entry", faults["payload_byte_flip"]["ledger_id"], 0) in found
         assert ("damaged_entry_log", None, 1) in found  # the truncated 1.log
         assert ("missing_ledger", faults["index_file_deleted"]["ledger_id"], None) in found
@@ -94,7 +96,7 @@ def test_a_rate_too_low_for_the_period_is_reported_with_the_rate_that_would_do(t
         if agent.process.poll() is None:
             agent.kill()
     lines = [line for line in (tmp_path / "agent.err").read_text().splitlines() if "cannot end by" in line]
-    assert len(lines) == 1 and "bytes_per_second = 1000 B/s" in lines[0] and "it needs" in lines[0], lines
+    assert len(lines) == 1 and "bytes_per_second = 1.0 kB/s" in lines[0] and "it needs" in lines[0], lines
 
 
 def test_the_schedule_of_a_pass():
@@ -111,7 +113,7 @@ def test_the_schedule_of_a_pass():
 
 
 def test_rates_and_durations_read_as_a_person_reads_them():
-    assert [rate_text(r) for r in (None, 512, 150_000, 50_000_000, 3 * 2**30)] == [
-        "unlimited", "512 B/s", "146.5 KiB/s", "47.7 MiB/s", "3.0 GiB/s"]
+    assert [rate_text(r) for r in (None, 512, 150_000, 50_000_000, 3 * 2**30, 5 * 10**12)] == [
+        "unlimited", "512 B/s", "150.0 kB/s", "50.0 MB/s", "3.2 GB/s", "5000.0 GB/s"]  # SI, as rates are written
     assert [duration_text(s) for s in (0, 4 * 60 + 10, 86399, 86400, 2.5 * 86400)] == [
         "00:00:00", "00:04:10", "23:59:59", "1.0 days", "2.5 days"]

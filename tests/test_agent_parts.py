@@ -69,6 +69,49 @@ def test_a_config_mistake_is_one_line_naming_the_key_and_exit_status_2(tmp_path,
     assert done.stderr.count("\n") == 1 and named in done.stderr
 
 
+def test_rates_in_the_config_take_units(tmp_path):
+    path = tmp_path / "scanner.toml"
+    base = "[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n"
+    expected = {"50000000": 50e6, "'50MB'": 50e6, "'50 MB/s'": 50e6, "'48MiB'": 48 * 2**20, "'1.5G'": 1.5e9, "0": None}
+    for written, rate in expected.items():
+        path.write_text(base + f"[throttle]\nbytes_per_second = {written}\nentries_per_second = '10k'\n"
+                               "[repair]\ncopy_bytes_per_second = '20 MB/s'\n")
+        config = load_config(path, {})
+        assert (config.throttle.bytes_per_second, config.throttle.entries_per_second) == (rate, 10_000)
+        assert config.copy_bytes_per_second == 20e6
+    for written in ("'fast'", "-5", "'50 entries'", "true"):
+        path.write_text(base + f"[throttle]\nbytes_per_second = {written}\n")
+        with pytest.raises(ConfigError, match=r"\[throttle\] bytes_per_second = .*: expected a number >= 0 or a string"):
+            load_config(path, {})
+
+
+def test_every_key_can_come_from_the_environment_and_wins_over_the_file(tmp_path):
+    path = tmp_path / "scanner.toml"
+    path.write_text("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nperiod_days = 7\n")
+    config = load_config(path, {"BOOKIE_SCANNER_AGENT_PERIOD_DAYS": "3", "BOOKIE_SCANNER_THROTTLE_BYTES_PER_SECOND": "20MB",
+                                "BOOKIE_SCANNER_METADATA_URI": "zk://zk1:2181/ledgers",
+                                "BOOKIE_SCANNER_REPAIR_MARK": "true", "BOOKIE_SCANNER_BOOKIE_LOG_FILES": '["a.log", "b.log"]',
+                                "OTHER_VARIABLE": "ignored"})
+    assert config.period_seconds == 3 * 86400 and config.throttle.bytes_per_second == 20e6
+    assert config.metadata_uri == "zk://zk1:2181/ledgers" and config.mark is True
+    assert config.log_files == (tmp_path / "a.log", tmp_path / "b.log")
+    # Nothing but the environment: an empty file.
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    config = load_config(empty, {"BOOKIE_SCANNER_BOOKIE_CONF": "/etc/bk_server.conf", "BOOKIE_SCANNER_AGENT_STATE_DIR": "/var/lib/s"})
+    assert (config.bookie_conf, config.state_dir) == (Path("/etc/bk_server.conf"), Path("/var/lib/s"))
+    with pytest.raises(ConfigError, match=r"^BOOKIE_SCANNER_AGENT_PERIOD_DAYS='soon' \(environment, over .*scanner.toml\): "
+                                          "expected a number > 0"):
+        load_config(path, {"BOOKIE_SCANNER_AGENT_PERIOD_DAYS": "soon"})
+    with pytest.raises(ConfigError, match="environment variable BOOKIE_SCANNER_THROTTLE_RATE names no config key"):
+        load_config(path, {"BOOKIE_SCANNER_THROTTLE_RATE": "1"})
+    done = subprocess.run([sys.executable, "-c", "import sys; from scanner.cli import main; sys.exit(main())",
+                           "run", "--config", str(path)], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "BOOKIE_SCANNER_AGENT_LISTEN": "nowhere"})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "BOOKIE_SCANNER_AGENT_LISTEN='nowhere' (environment" in done.stderr
+
+
 # -- cursor -------------------------------------------------------------------------------------
 
 

@@ -61,6 +61,7 @@ def test_metrics_pass_promtool_and_one_registry_serves_everything_named(tmp_path
              "bookie_scanner_digest_failures_total", "bookie_scanner_findings_recorded_total"}
     assert named <= families, named - families
     assert "bookie_scanner_zookeeper_connected" not in families  # the metadata is a dump
+    assert not [line for line in metrics.splitlines() if "_created" in line]  # no series per counter saying when it began
 
     def value(sample: str) -> float:
         return float(re.search(rf"^{re.escape(sample)} (\S+)$", metrics, re.M).group(1))

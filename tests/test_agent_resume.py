@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from corpus import CORPUS
-from test_agent_service import AgentProcess, wait_for, write_config
+from test_agent_service import AgentProcess, book_entries, wait_for, write_config
 from tree_state import snapshot
 
 FLIP = {"offset": 406576, "ledger_id": 123456789, "entry_id": 8}  # the corruption report's payload flip
@@ -39,10 +41,10 @@ def _bookie_copy(tmp_path: Path) -> SimpleNamespace:
 
 
 def _corrupt_found(state_dir: Path) -> list[dict]:
-    book = json.loads((state_dir / "findings.json").read_text())
-    return [v for v in book["known"].values() if v["finding"]["category"] == "corrupt_entry"]
+    return [v for v in book_entries(state_dir) if v["finding"]["category"] == "corrupt_entry"]
 
 
+@pytest.mark.slow
 def test_restarts_mid_log_never_skip_the_rest_of_it(tmp_path):
     bookie = _bookie_copy(tmp_path)
     before = snapshot(bookie.root)

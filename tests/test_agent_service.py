@@ -3,11 +3,14 @@ of our own, with injected faults), metadata in a real ZooKeeper, killed and rest
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import random
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,9 +19,13 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+from scanner.agent.findingbook import HISTORY_FILE
 from scanner.agent.suspects import append_to_inbox, Suspect
 from scanner.repair.marks import UnderreplicationMarks
 from scanner.sample.sample_cluster import build_sample
+from scanner.storage.entry import mac_key, master_key
 from tree_state import snapshot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,14 +37,15 @@ EXPECTED = {"corrupt_entry": {2}, "missing_ledger": {3}, "missing_entry": {5}, "
 DAMAGED_LEDGERS = {2, 3, 5, 6}
 
 
-AGENT_KEYS = ("state_dir", "listen", "checkpoint_seconds", "period_days", "pace", "suspect_window_minutes",
-              "suspect_limit")
+AGENT_KEYS = ("state_dir", "listen", "checkpoint_seconds", "period_days", "period_jitter", "start_jitter_minutes",
+              "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit")
 
 
 def write_config(tmp_path: Path, sample, uri: str, bookie: dict | None = None, **agent_and_throttle) -> Path:
     """The agent's config for ``sample`` (or the ``bookie`` table given); keys go to [agent], [repair] or [throttle]."""
+    # Passes start at once and repeat exactly: a test waits seconds, not a random part of a period.
     agent = {"state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0", "checkpoint_seconds": 0.2,
-             "period_days": 1.0}
+             "period_days": 1.0, "start_jitter_minutes": 0, "period_jitter": 0}
     throttle = {"disk_backoff": False}
     repair = {"mark": False}
     for key, value in agent_and_throttle.items():
@@ -55,8 +63,8 @@ def write_config(tmp_path: Path, sample, uri: str, bookie: dict | None = None, *
 class AgentProcess:
     """One ``bookie-scanner run`` subprocess; its stderr goes to ``log`` (appended across restarts)."""
 
-    def __init__(self, config: Path, state_dir: Path, log: Path):
-        self.config, self.state_dir, self.log = config, state_dir, log
+    def __init__(self, config: Path, state_dir: Path, log: Path, env: dict[str, str] | None = None):
+        self.config, self.state_dir, self.log, self.env = config, state_dir, log, env or {}
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "AgentProcess":
@@ -66,7 +74,7 @@ class AgentProcess:
         with self.log.open("ab") as err:
             self.process = subprocess.Popen([sys.executable, "-c", MAIN, "run", "--config", str(self.config)],
                                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
-                                            env={**os.environ, "TMPDIR": str(temp)})
+                                            env={**os.environ, "TMPDIR": str(temp), **self.env})
         return self
 
     def address(self) -> str | None:
@@ -134,14 +142,40 @@ def cli(config: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+def book_entries(state_dir: Path) -> list[dict]:
+    """The agent's open findings as its database holds them: ``{"finding", "first_seen", "last_seen", "to_mark"}``."""
+    path = state_dir / "findings.db"
+    if not path.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        rows = db.execute("SELECT finding, first_seen, last_seen, to_mark FROM findings").fetchall()
+    return [{"finding": json.loads(finding), "first_seen": first, "last_seen": last, "to_mark": bool(to_mark)}
+            for finding, first, last, to_mark in rows]
+
+
+def book_history(state_dir: Path) -> list[dict]:
+    """The agent's ended findings, oldest first, as its rotated history holds them (each with ``ended``, ``why``)."""
+    files = sorted(state_dir.glob(HISTORY_FILE + "*"), key=lambda p: -int(p.suffix[1:]) if p.name != HISTORY_FILE else 0)
+    return [json.loads(line) for path in files for line in path.read_text().splitlines()]
+
+
+def secret_forms(password: bytes) -> list[str]:
+    """A ledger password as it could leak: itself, its master key and MAC key in hex, base64."""
+    return [password.decode(), master_key(password).hex(), mac_key(password).hex(), base64.b64encode(password).decode()]
+
+
+def leaked(text: str, passwords) -> list[str]:
+    return [form for password in passwords for form in secret_forms(password) if form in text]
+
+
 def findings_by_category(state_dir: Path) -> dict[str, set]:
-    known = json.loads((state_dir / "findings.json").read_text())["known"]
     found: dict[str, set] = {}
-    for item in known.values():
+    for item in book_entries(state_dir):
         found.setdefault(item["finding"]["category"], set()).add(item["finding"]["ledger_id"])
     return found
 
 
+@pytest.mark.slow
 def test_the_agent_finds_every_injected_fault_marks_once_shows_it_and_never_writes_the_bookie(
         tmp_path, zookeeper, zk_client, zk_load_dump):
     sample = build_sample(tmp_path / "sample")
@@ -192,8 +226,13 @@ def test_the_agent_finds_every_injected_fault_marks_once_shows_it_and_never_writ
     filed = Counter(re.findall(r"marked ledger (\d+) under-replicated", (tmp_path / "agent.err").read_text()))
     assert filed == Counter({str(ledger): 1 for ledger in DAMAGED_LEDGERS})  # each once, over many passes
     assert snapshot(bookie_dir) == before
+    # No ledger password, nor a key made from one, in the log, the endpoint's answers or any state file.
+    seen = [(tmp_path / "agent.err").read_text(), json.dumps(health), metrics, status.stdout]
+    seen += [p.read_bytes().decode("latin-1") for p in state_dir.rglob("*") if p.is_file()]
+    assert leaked("\n".join(seen), (b"sample-secret", b"pulsar")) == []
 
 
+@pytest.mark.slow
 def test_a_suspect_is_scanned_while_the_pass_waits_on_the_throttle_and_sigterm_keeps_the_place(tmp_path):
     sample = build_sample(tmp_path / "sample")
     # One pass a day, spread evenly: the rate is the floor (1 KiB/s), so the walk of the entry logs (~50 KiB)
@@ -238,6 +277,7 @@ def test_a_suspect_is_scanned_while_the_pass_waits_on_the_throttle_and_sigterm_k
         assert agent.terminate() == 0
 
 
+@pytest.mark.slow
 def test_fifty_kill_minus_nines_lose_no_progress_no_suspect_and_file_no_mark_twice(
         tmp_path, zookeeper, zk_client, zk_load_dump):
     sample = build_sample(tmp_path / "sample")

@@ -4,7 +4,6 @@ reconnects and files each damaged ledger's mark once."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import Counter
@@ -18,8 +17,10 @@ from scanner.metadata.uri import open_metadata
 from scanner.repair.marks import UnderreplicationMarks, decode_mark, mark_path
 from scanner.sample.sample_cluster import build_sample
 from threads import run_in_thread
-from test_agent_service import BOOKIE, DAMAGED_LEDGERS, AgentProcess, wait_for, write_config
+from test_agent_service import BOOKIE, DAMAGED_LEDGERS, AgentProcess, book_entries, wait_for, write_config
 from zookeeper_server import ZooKeeperServer, ZooKeeperSetupError, load_dump
+
+pytestmark = pytest.mark.slow  # a ZooKeeper of its own, stopped and started again
 
 PREFIX = "/outage"
 ROOT = PREFIX + "/ledgers"
@@ -53,8 +54,7 @@ def own_zookeeper(tmp_path):
 
 def awaiting_ledgers(state_dir: Path) -> set[int]:
     """The ledgers whose damage the agent recorded but has not marked yet (its findings file)."""
-    book = json.loads((state_dir / "findings.json").read_text())
-    return {book["known"][key]["finding"]["ledger_id"] for key in book["to_mark"]}
+    return {item["finding"]["ledger_id"] for item in book_entries(state_dir) if item["to_mark"]}
 
 
 def test_the_agent_scans_through_a_zookeeper_outage_and_files_each_mark_once_when_it_is_back(
@@ -86,7 +86,7 @@ def test_the_agent_scans_through_a_zookeeper_outage_and_files_each_mark_once_whe
         assert during["scanners"][0]["error"] is None
         assert during["marks"] == {"enabled": True, "awaiting": 4, "filed": 0, "tracked": {}, "rereplicate": True}
         assert awaiting_ledgers(state_dir) == DAMAGED_LEDGERS  # the entry-log step's corrupt entry too
-        seen = json.loads((state_dir / "findings.json").read_text())["known"].values()
+        seen = book_entries(state_dir)
         assert all(item["last_seen"] > down_at for item in seen)  # every finding met again, and saved
 
         # Back on the same port with the same data: reconnected, every mark filed.

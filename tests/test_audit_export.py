@@ -141,7 +141,8 @@ def _tree_state(root):
 
 def test_export_command_writes_the_partition_and_leaves_the_bookie_untouched(tmp_path, capsys):
     before = _tree_state(CORPUS / "bookie3")
-    status = main(["export", *scan_args("bookie3"), "--metadata", f"file:{DUMP}", "--output", str(tmp_path / "x")])
+    status = main(["export", "--full-speed", *scan_args("bookie3"), "--metadata", f"file:{DUMP}",
+                   "--output", str(tmp_path / "x")])
     out = capsys.readouterr().out
     assert status == 0, out
     assert out.startswith("exported 37 ledgers of bookie 127.0.0.1:3183 to ") and "0 damaged" in out
@@ -151,13 +152,26 @@ def test_export_command_writes_the_partition_and_leaves_the_bookie_untouched(tmp
 
 def test_export_from_a_saved_scan_report(tmp_path, capsys):
     copy = ledger_dir("bookie1", damaged=True)
-    assert main(["scan", *scan_args("bookie1", copy), "--metadata", f"file:{DUMP}", "--format", "json"]) == 1
+    assert main(["scan", "--full-speed", *scan_args("bookie1", copy), "--metadata", f"file:{DUMP}", "--format", "json"]) == 1
     (tmp_path / "scan.json").write_text(capsys.readouterr().out)
     status = main(["export", *scan_args("bookie1", copy), "--findings", str(tmp_path / "scan.json"),
                    "--output", str(tmp_path / "x")])
     assert status == 0
     rows = exported_rows(tmp_path / "x", "bookie1")
     assert rows[123456789].damaged_count == 1
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_scan(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    # The metadata is not there either: a scan first would have failed on that instead.
+    status = main(["export", "--full-speed", *scan_args("bookie3"), "--metadata", f"file:{tmp_path / 'no-dump.json'}",
+                   "--output", str(tmp_path / "a-file" / "exports")])
+    assert status == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"bookie-scanner export: cannot write {tmp_path / 'a-file' / 'exports'}: ")
+    status = main(["export", "--full-speed", *scan_args("bookie3"), "--metadata", f"file:{DUMP}",
+                   "--output", str(tmp_path / "new" / "exports")])
+    assert status == 0 and [p.name for p in (tmp_path / "new" / "exports").iterdir()] == ["bookie_id=127.0.0.1%3A3183"]
 
 
 def test_export_usage_errors_are_one_line(tmp_path, capsys):

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -52,14 +53,36 @@ def test_a_directory_without_exports_says_which_layouts_it_expects(spark, tmp_pa
     assert "bookie_id=<id>/ directories in it (every bookie exporting into it) or in its subdirectories" in line
 
 
-def test_a_missing_exports_dir_is_one_line_without_java_logs(tmp_path):
+def test_a_missing_local_exports_dir_is_one_line_before_spark_starts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the audit would put Spark's log
+    assert main(["audit", "--exports", str(tmp_path / "nonexistent"), "--metadata", f"file:{DUMP}",
+                 "--master", "spark://127.0.0.1:1"]) == 2  # a master nobody answers: Spark is not even asked
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == (f"bookie-scanner audit: {tmp_path / 'nonexistent'}: no such directory "
+                    "(expected the directory the bookies exported into)")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_what_the_jvm_prints_goes_to_a_log_named_in_the_one_line(tmp_path):
     # a fresh process: the JVM starts here, and whatever it prints must not reach the terminal
-    done = subprocess.run([sys.executable, "-m", "scanner.cli", "audit", "--exports", str(tmp_path / "nonexistent"),
+    (tmp_path / "exports").mkdir()
+    done = subprocess.run([sys.executable, "-m", "scanner.cli", "audit", "--exports", str(tmp_path / "exports"),
                            "--metadata", f"file:{DUMP}", "--master", "local[1]"],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 2
     assert done.stdout == ""
     [line] = done.stderr.splitlines()
-    assert line.startswith(f"bookie-scanner audit: {tmp_path / 'nonexistent'}: no such directory")
+    assert line.startswith(f"bookie-scanner audit: {tmp_path / 'exports'}: no bookie exports")
     log = line.split("(Spark's log: ", 1)[1].rstrip(")")
     assert log.startswith(str(tmp_path)) and os.path.isfile(log)  # what the JVM printed is kept there
+
+
+def test_an_audit_that_ends_otherwise_leaves_no_log(per_bookie_exports, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "temp"))
+    (tmp_path / "temp").mkdir()
+    (tmp_path / "a-file").write_text("")
+    status = main(["audit", "--exports", str(per_bookie_exports), "--metadata", f"file:{DUMP}",
+                   "--output", str(tmp_path / "a-file" / "violations")])  # the violations cannot be written
+    assert status == 2 and "cannot write" in capsys.readouterr().err
+    assert main(["audit", "--exports", str(per_bookie_exports), "--metadata", f"file:{DUMP}"]) == 1
+    assert list((tmp_path / "temp").glob("bookie-scanner-audit-*")) == []

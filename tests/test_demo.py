@@ -19,7 +19,7 @@ def test_demo_sample_can_be_kept_and_scanned_again(tmp_path, capsys):
     keep = tmp_path / "sample"
     assert main(["demo", "--keep", str(keep), "--format", "json"]) == 0
     capsys.readouterr()
-    status = main(["scan", "--bookie-conf", str(keep / "bk_server.conf"), "--metadata",
+    status = main(["scan", "--full-speed", "--bookie-conf", str(keep / "bk_server.conf"), "--metadata",
                    f"file:{keep / 'zk-dump.json'}", "--format", "json"])
     report = json.loads(capsys.readouterr().out)
     assert status == 1

@@ -4,8 +4,13 @@ import json
 
 from corpus import CORPUS, scan_args
 from scanner.cli import main
+from scanner.metadata.snapshot import SnapshotStore
+from scanner.storage.entry import master_key
 
 DUMP = f"file:{CORPUS / 'zk-dump.json'}"
+INDEX_5 = CORPUS / "bookie1" / "ledgers" / "current" / "0" / "5" / "5.idx"
+with SnapshotStore(CORPUS / "zk-dump.json") as _store:
+    PASSWORD_5 = _store.ledger(5).password
 
 
 def run_json(capsys, *args):
@@ -30,9 +35,23 @@ def test_entry_log_cut_short_shows_its_problems(capsys):
 
 
 def test_index_file_header_and_slots(capsys):
-    status, out = run_json(capsys, "index", str(CORPUS / "bookie1" / "ledgers" / "current" / "0" / "5" / "5.idx"))
+    status, out = run_json(capsys, "index", str(INDEX_5))
     assert status == 0 and [s["entry_id"] for s in out["entries"]] == list(range(20))
-    assert len(bytes.fromhex(out["master_key"])) == 20
+    assert out["master_key"] is None  # a write credential: only when asked for
+    status, out = run_json(capsys, "index", str(INDEX_5), "--show-secrets")
+    assert status == 0 and out["master_key"] == master_key(PASSWORD_5).hex()
+
+
+def test_master_keys_are_printed_only_with_show_secrets(capsys):
+    key = master_key(PASSWORD_5).hex()
+    for args in (["index", str(INDEX_5)], ["locations", *scan_args("bookie1"), "--ledger", "5"]):
+        assert main(["inspect", *args]) == 0
+        hidden = capsys.readouterr().out
+        assert key not in hidden and "master key hidden (--show-secrets)" in hidden
+        assert main(["inspect", *args, "--show-secrets"]) == 0
+        assert f"master key {key}" in capsys.readouterr().out
+    status, out = run_json(capsys, "locations", *scan_args("bookie1"), "--ledger", "5")
+    assert out["index"]["master_key"] is None
 
 
 def test_locations_in_db_storage(capsys):

@@ -124,7 +124,7 @@ def test_run_scans_a_pass_and_stops_on_sigterm_without_java(agent_venv, bookie_c
     config = tmp_path / "scanner.toml"
     config.write_text(f'[bookie]\nconf = "{BOOKIE_CONF}"\nledger_dirs = ["{bookie_copy}"]\n'
                       f'[metadata]\nuri = "file:{DUMP}"\n'
-                      f'[agent]\nstate_dir = "{state_dir}"\nlisten = "127.0.0.1:0"\ncheckpoint_seconds = 0.2\n'
+                      f'[agent]\nstate_dir = "{state_dir}"\nlisten = "127.0.0.1:0"\ncheckpoint_seconds = 0.2\nstart_jitter_minutes = 0\n'
                       f'period_days = {2 / 86400}\n'  # a pass every two seconds
                       '[throttle]\ndisk_backoff = false\n')
     with (tmp_path / "agent.err").open("wb") as err:

@@ -30,7 +30,7 @@ def test_every_schema_file_is_a_valid_schema_with_its_kind_as_id():
 
 
 def test_scan_report_of_a_damaged_bookie(capsys):
-    report = printed(capsys, "scan", *scan_args("bookie3", DAMAGED), "--metadata", f"file:{DUMP}")
+    report = printed(capsys, "scan", "--full-speed", *scan_args("bookie3", DAMAGED), "--metadata", f"file:{DUMP}")
     assert {f["category"] for f in report["findings"]} >= {"corrupt_entry", "lost_entry", "damaged_entry_log"}
     assert_valid(report)
     broken = copy.deepcopy(report)

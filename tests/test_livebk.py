@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from livebk import LiveCluster, listening
+
+pytestmark = pytest.mark.live
 
 
 def _running(pid: int) -> bool:

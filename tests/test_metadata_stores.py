@@ -119,6 +119,17 @@ def test_bad_uris_are_usage_errors(uri, message):
     assert isinstance(caught.value, UsageError) and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("uri", ["zk://alice:s3cret@h:99999/ledgers", "zk+ms://alice:s3cret@h/ledgers",
+                                 "zk+hierarchical://alice:s3@cret@h1;;h2/ledgers"])
+def test_a_bad_uri_never_shows_its_password(uri, capsys):
+    with pytest.raises(MetadataUriError) as caught:
+        open_metadata(uri)
+    assert "cret" not in str(caught.value) and "alice:***@" in str(caught.value)
+    assert main(["metadata", "show", "--metadata", uri, "--ledger", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "cret" not in err and "alice:***@" in err
+
+
 def test_uri_from_bookie_configuration():
     assert metadata_uri_from_conf({"metadataServiceUri": "zk+hierarchical://a:1;b:2/ledgers"}) == (
         "zk+hierarchical://a:1;b:2/ledgers")  # fmt: skip
@@ -272,6 +283,7 @@ def test_dump_command_round_trips_through_the_snapshot_store(zookeeper, zk_load_
     out = tmp_path / "dump.json"
     assert main(["metadata", "dump", "--metadata", uri, "-o", str(out)]) == 0
     assert capsys.readouterr().err.strip() == f"72 znodes under {chroot}/ledgers"
+    assert out.stat().st_mode & 0o777 == 0o600  # it holds every ledger's password
     with open_metadata(uri) as live, SnapshotStore(out) as dumped:
         assert dumped.root == live.root and dumped.manager is live.manager
         assert list(dumped.ledger_ids()) == list(live.ledger_ids())
@@ -296,7 +308,14 @@ def test_show_command(capsys):
     assert "state: CLOSED, last entry 85, length 186992" in text
     assert "from entry 46: 127.0.0.1:3184 127.0.0.1:3181 127.0.0.1:3182" in text
     assert "scenario = ensemble-change" in text and "digest: CRC32" in text
-    assert "ensemble-change-pw" not in text and "master key: " in text
+    assert "ensemble-change-pw" not in text and "\nmaster key: " not in text
+    assert "password and master key: hidden (--show-secrets shows them)" in text
+    assert main(["metadata", "show", "--metadata", f"file:{DUMP}", "--ledger", "48", "--format", "json"]) == 0
+    hidden = json.loads(capsys.readouterr().out)
+    assert (hidden["digest_type"], hidden["master_key_hex"], "password" in hidden) == ("HMAC", None, False)
+    assert main(["metadata", "show", "--metadata", f"file:{DUMP}", "--ledger", "46", "--show-secrets"]) == 0
+    shown_text = capsys.readouterr().out
+    assert "password: ensemble-change-pw" in shown_text and "master key: " in shown_text
 
     assert main(["metadata", "show", "--metadata", f"file:{DUMP}", "--ledger", "48", "--format", "json", "--show-password"]) == 0
     shown = json.loads(capsys.readouterr().out)

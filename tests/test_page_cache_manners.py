@@ -34,7 +34,7 @@ def test_a_scan_drops_what_it_read_and_keeps_what_the_bookie_had_cached(tmp_path
     for path in hot:
         path.read_bytes()
 
-    status = main(["scan", "--bookie-conf", str(bookie.bookie_conf), "--metadata", f"file:{bookie.dump}",
+    status = main(["scan", "--full-speed", "--bookie-conf", str(bookie.bookie_conf), "--metadata", f"file:{bookie.dump}",
                    "--format", "json"])
     report = json.loads(capsys.readouterr().out)
 

@@ -11,6 +11,7 @@ from prometheus_client import REGISTRY
 from corpus import CORPUS, bookie_id, scan_args
 from scanner.checks.findings import Category, Finding
 from scanner.cli import main
+from scanner.commands.status import repair_lines
 from scanner.metadata.zookeeper import ZooKeeperStore
 from scanner.repair.filer import MarkFiler
 from scanner.repair.followup import STATE_FILE, FollowUp, Stage, expand_command
@@ -55,7 +56,7 @@ def test_cleared_marks_lead_to_unrepaired_then_one_escalation(capsys, zookeeper,
     me = bookie_id("bookie1")
     state_dir, calls = tmp_path / "state", tmp_path / "calls.jsonl"
     (tmp_path / "recorder.py").write_text(RECORDER)
-    status = main(["scan", *scan_args("bookie1", COPY), "--ledger", str(LEDGER), "--mark", "--state-dir",
+    status = main(["scan", "--full-speed", *scan_args("bookie1", COPY), "--ledger", str(LEDGER), "--mark", "--state-dir",
                    str(state_dir), "--metadata", f"zk://{zookeeper.connect_string}{chroot}/ledgers"])
     assert status == 1 and "marked" in capsys.readouterr().out
     marks = UnderreplicationMarks(zk_client, f"{chroot}/ledgers")
@@ -222,6 +223,9 @@ def test_a_move_that_cannot_be_made_is_escalated_at_once_and_tried_again_later(z
     (row,) = report["following"]
     assert (row["ledger_id"], row["stage"], row["failures"]) == (LEDGER, "escalated", 2)
     assert row["since_ms"] == 1_800_000_000_000 and row["stage_since_ms"] == int(clock.now * 1000)
+    shown = repair_lines(report)  # what `status` prints of it
+    assert shown[0] == "  repairing      1 damaged ledgers"
+    assert shown[1].startswith(f"    ledger {LEDGER} (corrupt_entry): ESCALATED since ") and "found " in shown[1]
 
     # The ledger deleted: the follow-up ends, the mark goes, the history stays in the report a while.
     s = f"{LEDGER:010d}"
@@ -232,6 +236,8 @@ def test_a_move_that_cannot_be_made_is_escalated_at_once_and_tried_again_later(z
     reloaded = FollowUp(state_dir, follow.filer, rereplicator=follow.rereplicator, clock=clock)
     assert reloaded.tracked == {} and [e["ledger_id"] for e in reloaded.report()["ended"]] == [LEDGER]
     assert reloaded.report()["ended"][0]["events"][-1]["what"] == "ended"
+    assert repair_lines(reloaded.report())[-2:] == [
+        "  repaired       1 lately", f"    ledger {LEDGER}: ended 00:00:00 ago, 00:01:32 after it was found: ledger deleted"]
 
 
 def test_failed_moves_are_escalated_after_three_tries(zk_client, cluster, tmp_path):

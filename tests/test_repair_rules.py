@@ -8,13 +8,13 @@ from dataclasses import replace
 import pytest
 
 from corpus import CORPUS, scan_args
-from scanner.checks.findings import in_ranges
+from scanner.checks.findings import in_ranges, merge_ranges
 from scanner.cli import main
 from scanner.heal.verdict import CopyState, PeerCopy, Verdict, judge, judge_copy
 from scanner.heal.wire import parse_address, read_request, recovery_add_request
 from scanner.metadata.ledger import (LedgerMetadata, LedgerState, MetadataFormatError, parse_ledger_metadata,
                                      replace_ensemble_member, serialize_ledger_metadata)
-from scanner.repair.planner import damaged_fragments, merge_ranges, replacement_order
+from scanner.repair.planner import damaged_fragments, replacement_order
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry, master_key
 
 A, B, C, D = "10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181", "10.0.0.4:3181"

@@ -26,7 +26,7 @@ def run_json(capsys, argv):
 
 def scan_mark(capsys, connect, chroot, name, *extra):
     copy = CORPUS / "corrupted" / f"{name}-corrupted" / "ledgers"
-    return run_json(capsys, ["scan", *scan_args(name, copy), "--metadata", f"zk://{connect}{chroot}/ledgers",
+    return run_json(capsys, ["scan", "--full-speed", *scan_args(name, copy), "--metadata", f"zk://{connect}{chroot}/ledgers",
                              "--format", "json", "--mark", "--marks-per-second", "0", *extra])
 
 
@@ -94,7 +94,7 @@ def test_open_deleted_and_moved_ledgers_are_not_marked(capsys, zookeeper, zk_cli
 
 def test_mark_needs_zookeeper_metadata(capsys):
     copy = CORPUS / "corrupted" / "bookie1-corrupted" / "ledgers"
-    status = main(["scan", *scan_args("bookie1", copy), "--metadata", f"file:{CORPUS / 'zk-dump.json'}", "--mark"])
+    status = main(["scan", "--full-speed", *scan_args("bookie1", copy), "--metadata", f"file:{CORPUS / 'zk-dump.json'}", "--mark"])
     err = capsys.readouterr().err
     assert status == 2
     assert err.count("\n") == 1 and "--mark needs ZooKeeper metadata" in err

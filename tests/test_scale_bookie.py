@@ -28,7 +28,7 @@ SHAPE = dict(ledgers=300, entry_logs=7, entry_size=100, entries_per_ledger=4)
 
 
 def scan_json(bookie, capsys) -> tuple[int, dict]:
-    status = main(["scan", "--bookie-conf", str(bookie.bookie_conf), "--metadata", f"file:{bookie.dump}",
+    status = main(["scan", "--full-speed", "--bookie-conf", str(bookie.bookie_conf), "--metadata", f"file:{bookie.dump}",
                    "--format", "json"])
     return status, json.loads(capsys.readouterr().out)
 

@@ -85,8 +85,8 @@ def test_narrowed_to_one_entry_log(capsys):
 
 
 def test_usage_errors_exit_2_with_one_line(capsys):
-    assert main(["scan", "--metadata", f"file:{DUMP}"]) == 2
-    assert main(["scan", *scan_args("bookie1"), "--metadata", "file:/nonexistent/dump.json"]) == 2
-    assert main(["scan", *scan_args("bookie1"), "--metadata", "nonsense://x"]) == 2
+    assert main(["scan", "--full-speed", "--metadata", f"file:{DUMP}"]) == 2
+    assert main(["scan", "--full-speed", *scan_args("bookie1"), "--metadata", "file:/nonexistent/dump.json"]) == 2
+    assert main(["scan", "--full-speed", *scan_args("bookie1"), "--metadata", "nonsense://x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("bookie-scanner scan: ") for line in err)

@@ -8,7 +8,7 @@ from scanner.sample.sample_cluster import build_sample
 
 
 def scan(capsys, sample, *extra):
-    status = main(["scan", "--bookie-conf", str(sample.bookie_conf), "--metadata", f"file:{sample.dump}",
+    status = main(["scan", "--full-speed", "--bookie-conf", str(sample.bookie_conf), "--metadata", f"file:{sample.dump}",
                    "--format", "json", *extra])
     return status, json.loads(capsys.readouterr().out)
 
@@ -41,6 +41,6 @@ def test_an_entry_log_gone_before_its_turn_is_not_a_finding(tmp_path, capsys):
         listed.path.unlink()  # garbage collection removed it after the scanner listed it
         assert logs.walk(listed) == [] and logs.totals.entry_logs_scanned == 0
     # asked for by name on the command line, a log that is not there is a mistake, not "no findings"
-    assert main(["scan", "--bookie-conf", str(sample.bookie_conf), "--metadata", f"file:{sample.dump}",
+    assert main(["scan", "--full-speed", "--bookie-conf", str(sample.bookie_conf), "--metadata", f"file:{sample.dump}",
                  "--entry-log", "2"]) == 2
     assert "entry log 2 (2.log) is in none of the ledger dirs" in capsys.readouterr().err

@@ -38,11 +38,12 @@ def test_each_corpus_bookie_against_zookeeper(capsys, corpus_root, name):
     assert (status_file, timeless(report_file)) == (status, timeless(report))
 
 
+@pytest.mark.slow
 def test_unreachable_zookeeper_is_one_line_and_exit_2(capsys):
     from zookeeper_server import free_port
 
     status = __import__("scanner.cli", fromlist=["main"]).main(
-        ["scan", *scan_args("bookie1"), "--metadata", f"zk://127.0.0.1:{free_port()}/ledgers"])
+        ["scan", "--full-speed", *scan_args("bookie1"), "--metadata", f"zk://127.0.0.1:{free_port()}/ledgers"])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and err[0].startswith("bookie-scanner scan: ")
 

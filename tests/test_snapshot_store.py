@@ -116,6 +116,7 @@ def ledger_dump(path, ledgers):
         write_dump_nodes(nodes(), out)
 
 
+@pytest.mark.slow
 def test_the_store_holds_no_znode_in_python_memory(tmp_path):
     dump = tmp_path / "dump.json"
     ledger_dump(dump, 30000)

@@ -1,14 +1,25 @@
-"""The agent's configuration: a TOML file, checked whole at load so a mistake is one line."""
+"""The agent's configuration: a TOML file, and environment variables over it, checked whole at load so a
+mistake is one line.
+
+Every key can come from the environment as ``BOOKIE_SCANNER_<TABLE>_<KEY>`` (upper case), which wins
+over the file: ``BOOKIE_SCANNER_METADATA_URI``, ``BOOKIE_SCANNER_THROTTLE_BYTES_PER_SECOND=50MB``. A
+value is read as a TOML value when it is one (``7``, ``true``, ``["/a", "/b"]``, ``"text"``) and as a
+string otherwise (``50MB``, ``/etc/bk_server.conf``).
+"""
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from scanner.units import parse_quantity
 from throttle import AllowedWindows, BackoffPolicy
 
 DEFAULT_LISTEN = "127.0.0.1:9721"
+ENV_PREFIX = "BOOKIE_SCANNER_"
 SECONDS_PER_DAY = 86400.0
 # How a pass is paced: at the configured rate, then idle until the period is over (BP-24), or
 # spread evenly over the whole period.
@@ -44,6 +55,9 @@ class AgentConfig:
     listen_port: int
     checkpoint_seconds: float
     period_seconds: float
+    period_jitter: float  # each period is period_seconds x a factor in [1 - jitter, 1 + jitter]
+    start_jitter_seconds: float  # at each start, pass work waits a random delay up to this
+    stall_seconds: float  # a scanner thread neither progressing nor idle this long stops the watchdog
     pace: str
     suspect_window_seconds: float
     suspect_limit: int
@@ -57,8 +71,8 @@ class AgentConfig:
 _KNOWN = {
     "bookie": {"conf", "ledger_dirs", "bookie_id", "log_files"},
     "metadata": {"uri"},
-    "agent": {"state_dir", "listen", "checkpoint_seconds", "period_days", "pace", "suspect_window_minutes",
-              "suspect_limit"},
+    "agent": {"state_dir", "listen", "checkpoint_seconds", "period_days", "period_jitter", "start_jitter_minutes",
+              "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit"},
     "throttle": {"bytes_per_second", "entries_per_second", "window_hours", "window_days", "outside_rate",
                  "busy_threshold", "idle_threshold", "floor", "disk_backoff"},
     "repair": {"mark", "repair_command", "rereplicate", "copy_bytes_per_second"},
@@ -73,12 +87,15 @@ _REPLACED = {
 
 
 class _Table:
-    """One TOML table with typed getters whose errors name the file and the key."""
+    """One TOML table with typed getters whose errors name the file and the key (or the environment variable)."""
 
-    def __init__(self, source: Path, name: str, values: dict):
-        self.source, self.name, self.values = source, name, values
+    def __init__(self, source: Path, name: str, values: dict, from_env: frozenset[str] = frozenset()):
+        self.source, self.name, self.values, self.from_env = source, name, values, from_env
 
     def _fail(self, key: str, expected: str) -> ConfigError:
+        if key in self.from_env:
+            return ConfigError(f"{_env_name(self.name, key)}={self.values[key]!r} (environment, over {self.source}): "
+                               f"expected {expected}")
         return ConfigError(f"{self.source}: [{self.name}] {key} = {self.values[key]!r}: expected {expected}")
 
     def text(self, key: str, default: str | None = None) -> str | None:
@@ -97,6 +114,19 @@ class _Table:
             bound = f"> {low:g}" if low_open else f">= {low:g}"
             raise self._fail(key, f"a number {bound}" + ("" if high == float("inf") else f" and <= {high:g}"))
         return float(value)
+
+    def quantity(self, key: str, default: float | None, unit: str) -> float | None:
+        """A number >= 0, or a string with a prefix and unit: ``50000000``, ``"50MB"``, ``"48MiB/s"``, ``"10k"``."""
+        value = self.values.get(key, default)
+        if isinstance(value, str):
+            try:
+                return parse_quantity(value, unit)
+            except ValueError:
+                pass
+        elif value is None or (not isinstance(value, bool) and isinstance(value, (int, float)) and value >= 0):
+            return None if value is None else float(value)
+        example = '"50MB" or "48MiB"' if unit else '"10k"'
+        raise self._fail(key, f"a number >= 0 or a string like {example} (prefixes k, M, G, T and Ki, Mi, Gi, Ti)")
 
     def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
         value = self.values.get(key, default)
@@ -125,8 +155,9 @@ class _Table:
         return path if path.is_absolute() else self.source.parent / path
 
 
-def load_config(path: Path) -> AgentConfig:
-    """Read and check the whole config; ConfigError (one line) on the first problem."""
+def load_config(path: Path, environ: Mapping[str, str] = os.environ) -> AgentConfig:
+    """Read and check the whole config (``environ``'s variables over the file); ConfigError (one line) on the first
+    problem."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -144,7 +175,9 @@ def load_config(path: Path) -> AgentConfig:
         if unknown:
             raise ConfigError(f"{path}: unknown key {sorted(unknown)[0]!r} in [{name}]; "
                               f"expected one of {', '.join(sorted(_KNOWN[name]))}")
-    bookie, metadata, agent, throttle, repair = (_Table(path, n, raw.get(n, {})) for n in _KNOWN)
+    overrides = _from_environment(environ)
+    bookie, metadata, agent, throttle, repair = (
+        _Table(path, n, {**raw.get(n, {}), **overrides.get(n, {})}, frozenset(overrides.get(n, {}))) for n in _KNOWN)
     conf = bookie.text("conf")
     if conf is None:
         raise ConfigError(f"{path}: [bookie] conf is required: the bookie's bk_server.conf")
@@ -164,6 +197,9 @@ def load_config(path: Path) -> AgentConfig:
         listen_port=port,
         checkpoint_seconds=agent.number("checkpoint_seconds", 30, low=0, low_open=True),
         period_seconds=agent.number("period_days", 7, low=0, low_open=True) * SECONDS_PER_DAY,
+        period_jitter=agent.number("period_jitter", 0.25, high=0.5),
+        start_jitter_seconds=agent.number("start_jitter_minutes", 10) * 60,
+        stall_seconds=agent.number("stall_minutes", 15, low=0, low_open=True) * 60,
         pace=agent.choice("pace", PACE_AT_RATE, PACES),
         suspect_window_seconds=agent.number("suspect_window_minutes", 10) * 60,
         suspect_limit=int(agent.number("suspect_limit", 10000, low=1)),
@@ -171,8 +207,35 @@ def load_config(path: Path) -> AgentConfig:
         mark=repair.flag("mark", False),
         repair_command=repair.text("repair_command"),
         rereplicate=repair.flag("rereplicate", True),
-        copy_bytes_per_second=repair.number("copy_bytes_per_second", 20_000_000) or None,
+        copy_bytes_per_second=repair.quantity("copy_bytes_per_second", 20_000_000, "B") or None,
     )
+
+
+def _env_name(table: str, key: str) -> str:
+    return f"{ENV_PREFIX}{table}_{key}".upper()
+
+
+def _from_environment(environ: Mapping[str, str]) -> dict[str, dict]:
+    """The config keys set by ``BOOKIE_SCANNER_<TABLE>_<KEY>`` variables, by table; ConfigError for one that names none."""
+    known = {_env_name(table, key): (table, key) for table, keys in _KNOWN.items() for key in keys}
+    overrides: dict[str, dict] = {}
+    for name, text in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        if name not in known:
+            raise ConfigError(f"environment variable {name} names no config key; expected "
+                              f"{ENV_PREFIX}<TABLE>_<KEY>, e.g. {_env_name('metadata', 'uri')}")
+        table, key = known[name]
+        overrides.setdefault(table, {})[key] = _env_value(text)
+    return overrides
+
+
+def _env_value(text: str):
+    """``text`` as a TOML value when it is one (a number, a boolean, an array, a quoted string), else as it is."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
 
 
 def _listen(agent: _Table) -> tuple[str, int]:
@@ -191,8 +254,8 @@ def _throttle(table: _Table) -> ThrottleConfig:
         raise ConfigError(f"{table.source}: [throttle] window_hours/window_days: {exc}") from None
     busy = table.number("busy_threshold", 0.7, low=0, low_open=True, high=1)
     idle = table.number("idle_threshold", min(0.5, busy), low=0, low_open=True, high=busy)
-    rate = table.number("bytes_per_second", 50_000_000)
-    entries = table.number("entries_per_second", 0)
+    rate = table.quantity("bytes_per_second", 50_000_000, "B")
+    entries = table.quantity("entries_per_second", 0, "")
     return ThrottleConfig(
         bytes_per_second=rate or None,
         entries_per_second=entries or None,

@@ -1,104 +1,397 @@
-"""Every finding the agent has made, kept in the state dir, and the ones still waiting to be marked.
+"""The agent's findings, each with a lifecycle: open while the damage is seen, ended once a later look shows
+it gone, then kept only in a bounded, rotated history.
 
-A finding met again in a later pass is the same finding (same category, place and entries): it
-is counted once and handed to repair once. Marks are filed later, when the metadata answers.
+A finding is keyed by (ledger dir, category, ledger, entry log): the ledger dir is the scanner that found
+it. Met again, it is the same finding: ``last_seen`` moves, its entries become what the latest look found
+(entries met again within one pass of the dir are added up, the first sighting in a pass replaces them),
+and it is counted, logged and handed to repair once. A finding ends when:
+
+- a full pass of its ledger dir ends without meeting it again (``begin_pass`` / ``end_pass``);
+- a narrower scan that covers it finds it no more (``settle``: a suspect ledger or entry log);
+- the repair follow-up ends for its ledger: repaired, the ledger deleted, the data moved (``end_ledger``).
+
+Open findings live in a SQLite database in the state dir (``findings.db``: each change is one small
+transaction, synced; nothing is rewritten whole), so what is kept is what is damaged now. Ended ones are
+appended as JSON lines to ``findings-history.jsonl``, rotated at ``HISTORY_BYTES`` with
+``HISTORY_FILES`` old files kept. Marks are filed later, when the metadata answers: the findings waiting
+for one are flagged in the database.
+
+Public API (thread-safe): ``record``, ``settle``, ``begin_pass``, ``end_pass``, ``end_ledger``,
+``end_category``, ``open_findings``, ``findings``, ``counts``, ``awaiting_marks``, ``marked``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import errno
+import json
 import logging
+import logging.handlers
+import os
+import sqlite3
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
-from scanner.checks.findings import Category, Finding, count_in_ranges
-from scanner.statefile import DamagedStateFile, read_json, write_json
+from scanner.checks.findings import Category, EntryRanges, Finding, count_in_ranges, merge_ranges
+from scanner.statefile import FILE_MODE, DamagedStateFile, note_write, read_json
 
 log = logging.getLogger(__name__)
 
-FINDINGS_FILE = "findings.json"
+DATABASE_FILE = "findings.db"
+HISTORY_FILE = "findings-history.jsonl"
+LEGACY_FILE = "findings.json"  # the whole-file record of earlier versions: imported once, then removed
+HISTORY_BYTES = 4 << 20
+HISTORY_FILES = 3  # rotated ones kept beside the current: at most 16 MiB of history
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS findings (
+    key TEXT PRIMARY KEY,
+    ledger_dir TEXT NOT NULL,
+    category TEXT NOT NULL,
+    ledger_id INTEGER,
+    entry_log INTEGER,
+    finding TEXT NOT NULL,
+    first_seen REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    seen_seq INTEGER NOT NULL,
+    to_mark INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS findings_by_ledger ON findings (ledger_id);
+CREATE TABLE IF NOT EXISTS passes (ledger_dir TEXT PRIMARY KEY, started_seq INTEGER NOT NULL);
+"""
+_COLUMNS = "ledger_dir, category, ledger_id, entry_log, finding, first_seen, last_seen"
+
+
+@dataclass(frozen=True, slots=True)
+class FindingKey:
+    ledger_dir: str
+    category: Category
+    ledger_id: int | None
+    entry_log: int | None
+
+    @classmethod
+    def of(cls, ledger_dir: str, finding: Finding) -> "FindingKey":
+        return cls(ledger_dir, finding.category, finding.ledger_id, finding.entry_log)
+
+    def text(self) -> str:
+        return f"{self.ledger_dir}|{self.category.value}|{self.ledger_id}|{self.entry_log}"
+
+
+@dataclass(frozen=True, slots=True)
+class BookEntry:
+    """One finding of the book: open (``ended`` None) or, in the history, ended (and ``why``)."""
+
+    key: FindingKey
+    finding: Finding  # as the latest look saw it
+    first_seen: float  # epoch seconds
+    last_seen: float
+    ended: float | None = None
+    why: str | None = None
+
+    def to_json(self) -> dict:
+        return {"ledger_dir": self.key.ledger_dir, **self.finding.to_json(), "first_seen": self.first_seen,
+                "last_seen": self.last_seen, "ended": self.ended, "why": self.why}
 
 
 def finding_key(finding: Finding) -> str:
+    """A finding's identity with its entries and place in the log (what healing settles, finding by finding)."""
     entries = "" if finding.entries is None else ",".join(f"{a}-{b}" for a, b in finding.entries)
     return f"{finding.category.value}|{finding.ledger_id}|{finding.entry_log}|{finding.offset}|{entries}"
 
 
 class FindingBook:
-    """Known findings (with when first and last seen) and the queue of those awaiting a mark; thread-safe."""
+    """The findings of the agent of ``state_dir``; ``ledger_dirs`` places findings an earlier version kept."""
 
-    def __init__(self, state_dir, clock: Callable[[], float] = time.time):
-        self.path = state_dir / FINDINGS_FILE
+    def __init__(self, state_dir: Path, ledger_dirs: Sequence[str] = (), clock: Callable[[], float] = time.time,
+                 history_bytes: int = HISTORY_BYTES, history_files: int = HISTORY_FILES):
+        self.path = Path(state_dir) / DATABASE_FILE
         self._clock = clock
         self._lock = threading.Lock()
-        self._known: dict[str, dict] = {}
-        self._to_mark: list[str] = []
-        self.new_by_category: Counter[str] = Counter()  # findings never seen before, since start
+        self.new_by_category: Counter[str] = Counter()  # findings opened since start
+        self.ended_by_category: Counter[str] = Counter()  # findings ended since start
         self.corrupt_entries_found = 0  # entries found corrupt, each time a scan finds them, since start
-        self._load()
+        self._history = _history_log(Path(state_dir) / HISTORY_FILE, history_bytes, history_files)
+        self._db = self._open()
+        self._seq = self._db.execute(
+            "SELECT MAX(COALESCE((SELECT MAX(seen_seq) FROM findings), 0),"
+            " COALESCE((SELECT MAX(started_seq) FROM passes), 0))").fetchone()[0]
+        self._import_legacy(Path(state_dir) / LEGACY_FILE, list(ledger_dirs))
 
-    def _load(self) -> None:
+    def _open(self) -> sqlite3.Connection:
         try:
-            raw = read_json(self.path) or {}
-            known = {str(k): {"finding": Finding.from_json(v["finding"]), "first_seen": float(v["first_seen"]),
-                              "last_seen": float(v["last_seen"])} for k, v in raw.get("known", {}).items()}
-            to_mark = [str(k) for k in raw.get("to_mark", []) if k in known]
-        except (DamagedStateFile, OSError, KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-            log.warning("%s: damaged findings file, starting empty: %s", self.path, exc)
-            return
-        self._known, self._to_mark = known, to_mark
+            return self._connect()
+        except sqlite3.DatabaseError as exc:  # not a database, or damaged: what was open is found again
+            damaged = self.path.with_name(self.path.name + ".damaged")
+            log.warning("%s: damaged findings database (%s), moved to %s; starting empty: the next passes find "
+                        "what is still damaged", self.path, exc, damaged)
+            os.replace(self.path, damaged)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            return self._connect()
 
-    def _save(self) -> None:
-        write_json(self.path, {
-            "known": {k: {"finding": v["finding"].to_json(), "first_seen": v["first_seen"],
-                          "last_seen": v["last_seen"]} for k, v in self._known.items()},
-            "to_mark": self._to_mark,
-        })
+    def _connect(self) -> sqlite3.Connection:
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, FILE_MODE))  # its -wal and -shm get its mode
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = FULL")  # a finding is saved before the cursor moves past it
+            db.executescript(_SCHEMA)
+            db.execute("SELECT COUNT(*) FROM findings").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
 
-    def record(self, findings: list[Finding]) -> list[Finding]:
-        """Remember findings (saved before returning); returns the ones never seen before."""
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+            for handler in self._history.handlers:
+                handler.close()
+
+    # -- what the scanners report -------------------------------------------------------------
+
+    def record(self, ledger_dir: str, findings: Iterable[Finding]) -> list[Finding]:
+        """Remember what a scanner of ``ledger_dir`` found (saved before returning); the findings opened now."""
+        findings = list(findings)
         if not findings:
             return []
-        now = self._clock()
-        new = []
-        with self._lock:
-            for finding in findings:
-                if finding.category is Category.CORRUPT_ENTRY and finding.entries:
-                    self.corrupt_entries_found += count_in_ranges(finding.entries)
-                key = finding_key(finding)
-                entry = self._known.get(key)
-                if entry is not None:
-                    entry["last_seen"] = now
-                    continue
-                self._known[key] = {"finding": finding, "first_seen": now, "last_seen": now}
-                new.append(finding)
-                self.new_by_category[finding.category.value] += 1
-                if finding.category.needs_rereplication:
-                    self._to_mark.append(key)
-            self._save()
-        for finding in new:
+        with self._lock, self._writing(), self._transaction():
+            opened = self._record(ledger_dir, findings)
+        for finding in opened:
             log.warning("finding: %s: %s", _place(finding), finding.detail)
-        return new
+        return opened
 
-    def counts(self) -> dict[str, int]:
+    def settle(self, ledger_dir: str, findings: Iterable[Finding], categories: Iterable[Category], *,
+               ledger_id: int | None = None, entry_log: int | None = None, why: str) -> list[Finding]:
+        """Record ``findings``, the whole truth of a scan of ``ledger_dir`` narrowed to ``ledger_id`` or
+        ``entry_log``: open findings of that dir there, in ``categories``, that it did not find end. The new."""
+        if (ledger_id is None) == (entry_log is None):
+            raise ValueError("settle narrows to one ledger or one entry log")
+        findings, categories = list(findings), tuple(categories)
+        met = {FindingKey.of(ledger_dir, f).text() for f in findings}
+        where = "ledger_id = ?" if ledger_id is not None else "entry_log = ?"
+        with self._lock, self._writing():
+            with self._transaction():
+                opened = self._record(ledger_dir, findings) if findings else []
+                ended = self._end_where(f"ledger_dir = ? AND {where} AND category IN ({_marks(categories)})",
+                                        (ledger_dir, ledger_id if ledger_id is not None else entry_log,
+                                         *(c.value for c in categories)), why, keep=met)
+            self._remember_ended(ended)
+        for finding in opened:
+            log.warning("finding: %s: %s", _place(finding), finding.detail)
+        return opened
+
+    def begin_pass(self, ledger_dir: str) -> None:
+        """A full pass of ``ledger_dir`` starts: what it does not meet again has ended when it ends."""
+        with self._lock, self._writing():
+            self._seq += 1
+            self._db.execute("INSERT OR REPLACE INTO passes (ledger_dir, started_seq) VALUES (?, ?)",
+                             (ledger_dir, self._seq))
+
+    def end_pass(self, ledger_dir: str, why: str) -> list[BookEntry]:
+        """The pass of ``ledger_dir`` ended: its findings not met since it began end (not the follow-up's own)."""
+        with self._lock, self._writing():
+            started = self._pass_start(ledger_dir)
+            if started is None:
+                return []
+            with self._transaction():
+                ended = self._end_where("ledger_dir = ? AND seen_seq < ? AND category != ?",
+                                        (ledger_dir, started, Category.UNREPAIRED.value), why)
+            self._remember_ended(ended)
+        return ended
+
+    def end_ledger(self, ledger_id: int, categories: Iterable[Category], why: str) -> list[BookEntry]:
+        """End the ledger's open findings in ``categories``, in every ledger dir (the repair follow-up's word)."""
+        categories = tuple(categories)
+        with self._lock, self._writing():
+            with self._transaction():
+                ended = self._end_where(f"ledger_id = ? AND category IN ({_marks(categories)})",
+                                        (ledger_id, *(c.value for c in categories)), why)
+            self._remember_ended(ended)
+        return ended
+
+    def end_category(self, category: Category, why: str) -> list[BookEntry]:
+        """End every open finding of ``category`` (one nothing will look at again)."""
+        with self._lock, self._writing():
+            with self._transaction():
+                ended = self._end_where("category = ?", (category.value,), why)
+            self._remember_ended(ended)
+        return ended
+
+    # -- what the agent shows and hands on ----------------------------------------------------
+
+    def open_findings(self) -> list[BookEntry]:
         with self._lock:
-            return dict(sorted(Counter(v["finding"].category.value for v in self._known.values()).items()))
+            return [_entry(row) for row in self._db.execute(f"SELECT {_COLUMNS} FROM findings ORDER BY key")]
 
     def findings(self) -> list[Finding]:
-        with self._lock:
-            return [v["finding"] for v in self._known.values()]
+        return [entry.finding for entry in self.open_findings()]
 
-    def awaiting_marks(self) -> list[Finding]:
+    def counts(self) -> dict[str, int]:
+        """Open findings by category."""
         with self._lock:
-            return [self._known[k]["finding"] for k in self._to_mark]
+            return dict(self._db.execute("SELECT category, COUNT(*) FROM findings GROUP BY category ORDER BY category"))
 
-    def marked(self, findings: list[Finding]) -> None:
+    def awaiting_marks(self) -> list[BookEntry]:
+        with self._lock:
+            return [_entry(row) for row in
+                    self._db.execute(f"SELECT {_COLUMNS} FROM findings WHERE to_mark = 1 ORDER BY key")]
+
+    def marked(self, entries: Iterable[BookEntry]) -> None:
         """These were handed to repair (and its own state saved): not again."""
-        done = {finding_key(f) for f in findings}
-        with self._lock:
-            self._to_mark = [k for k in self._to_mark if k not in done]
-            self._save()
+        with self._lock, self._writing(), self._transaction():
+            self._db.executemany("UPDATE findings SET to_mark = 0 WHERE key = ?", [(e.key.text(),) for e in entries])
+
+    # -- inside the lock ----------------------------------------------------------------------
+
+    def _record(self, ledger_dir: str, findings: list[Finding]) -> list[Finding]:
+        now = self._clock()
+        self._seq += 1
+        started = self._pass_start(ledger_dir) or 0
+        opened = []
+        for finding in findings:
+            if finding.category is Category.CORRUPT_ENTRY and finding.entries:
+                self.corrupt_entries_found += count_in_ranges(finding.entries)
+            key = FindingKey.of(ledger_dir, finding)
+            row = self._db.execute("SELECT finding, seen_seq FROM findings WHERE key = ?", (key.text(),)).fetchone()
+            if row is None:
+                self._db.execute(
+                    "INSERT INTO findings (key, ledger_dir, category, ledger_id, entry_log, finding, first_seen,"
+                    " last_seen, seen_seq, to_mark) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (key.text(), ledger_dir, finding.category.value, finding.ledger_id, finding.entry_log,
+                     json.dumps(finding.to_json()), now, now, self._seq,
+                     int(finding.category.needs_rereplication)))
+                opened.append(finding)
+                continue
+            if row[1] >= started:  # met before in this pass: another part of the same damage
+                finding = _joined(Finding.from_json(json.loads(row[0])), finding)
+            self._db.execute("UPDATE findings SET finding = ?, last_seen = ?, seen_seq = ? WHERE key = ?",
+                             (json.dumps(finding.to_json()), now, self._seq, key.text()))
+        for finding in opened:
+            self.new_by_category[finding.category.value] += 1
+        return opened
+
+    def _end_where(self, condition: str, parameters: tuple, why: str, keep: set[str] = frozenset()) -> list[BookEntry]:
+        rows = self._db.execute(f"SELECT key, {_COLUMNS} FROM findings WHERE {condition}", parameters).fetchall()
+        now = self._clock()
+        ended = [dataclasses.replace(_entry(row[1:]), ended=now, why=why) for row in rows if row[0] not in keep]
+        self._db.executemany("DELETE FROM findings WHERE key = ?", [(e.key.text(),) for e in ended])
+        return ended
+
+    def _remember_ended(self, ended: list[BookEntry]) -> None:
+        """After the database let them go: counted, logged, and kept in the history."""
+        for entry in ended:
+            self.ended_by_category[entry.key.category.value] += 1
+            self._history.info(json.dumps(entry.to_json(), sort_keys=True))
+            log.info("finding ended: %s: %s", _place(entry.finding), entry.why)
+
+    def _pass_start(self, ledger_dir: str) -> int | None:
+        row = self._db.execute("SELECT started_seq FROM passes WHERE ledger_dir = ?", (ledger_dir,)).fetchone()
+        return None if row is None else row[0]
+
+    def _writing(self) -> "_Writing":
+        return _Writing(self.path)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One synced commit for all the changes inside (the caller holds the lock)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # -- findings of earlier versions ---------------------------------------------------------
+
+    def _import_legacy(self, path: Path, ledger_dirs: list[str]) -> None:
+        """Open the findings an earlier version kept in ``findings.json`` (those awaiting a mark still do), then
+        remove it. Each goes to the dir that owns its ledger (ledger id mod dirs), as a pass would find it."""
+        if not path.exists() or not ledger_dirs:
+            return
+        try:
+            raw = read_json(path) or {}
+            known = {str(k): (Finding.from_json(v["finding"]), float(v["first_seen"]), float(v["last_seen"]))
+                     for k, v in raw.get("known", {}).items()}
+            to_mark = {str(k) for k in raw.get("to_mark", [])}
+        except (DamagedStateFile, OSError, KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            log.warning("%s: damaged findings file of an earlier version, not imported: %s", path, exc)
+            known, to_mark = {}, set()
+        with self._lock, self._writing(), self._transaction():
+            for old_key, (finding, first_seen, last_seen) in known.items():
+                owner = ledger_dirs[(finding.ledger_id or 0) % len(ledger_dirs)]
+                key = FindingKey.of(owner, finding)
+                self._db.execute(
+                    "INSERT OR REPLACE INTO findings (key, ledger_dir, category, ledger_id, entry_log, finding,"
+                    " first_seen, last_seen, seen_seq, to_mark) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+                    (key.text(), owner, finding.category.value, finding.ledger_id, finding.entry_log,
+                     json.dumps(finding.to_json()), first_seen, last_seen, int(old_key in to_mark)))
+        path.unlink()
+        log.info("%s: %d findings of an earlier version imported into %s", path, len(known), self.path.name)
+
+
+class _Writing:
+    """A database write: what fails becomes the OSError every state write raises, and health names the file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, traceback) -> bool:
+        if exc is None:
+            note_write(self.path, None)
+            return False
+        if isinstance(exc, sqlite3.Error):
+            problem = f"cannot write {self.path}: {exc}"
+            note_write(self.path, problem)
+            raise OSError(errno.EIO, str(exc), str(self.path)) from exc
+        return False
+
+
+def _history_log(path: Path, max_bytes: int, old_files: int) -> logging.Logger:
+    """A logger of its own (nothing propagates) writing one line per ended finding, rotated by size."""
+    history = logging.Logger(f"findings-history:{path}")
+    handler = _PrivateRotatingFile(path, maxBytes=max_bytes, backupCount=old_files, delay=True, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    history.addHandler(handler)
+    return history
+
+
+class _PrivateRotatingFile(logging.handlers.RotatingFileHandler):
+    """Rotation as the standard library does it; each new file created private, as every state file is."""
+
+    def _open(self):
+        return open(os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE), "a",
+                    encoding=self.encoding)
+
+
+def _entry(row) -> BookEntry:
+    ledger_dir, category, ledger_id, entry_log, finding, first_seen, last_seen = row
+    return BookEntry(FindingKey(ledger_dir, Category(category), ledger_id, entry_log),
+                     Finding.from_json(json.loads(finding)), first_seen, last_seen)
+
+
+def _joined(before: Finding, now: Finding) -> Finding:
+    """One finding for two parts of the same damage met in one pass: their entries together, the first words."""
+    if before.entries is None or now.entries is None:
+        return now
+    entries = merge_ranges(before.entries + now.entries)
+    offsets = [o for o in (before.offset, now.offset) if o is not None]
+    return Finding(now.category, now.ledger_id, entries, now.entry_log, min(offsets) if offsets else None,
+                   before.detail)
+
+
+def _marks(values: Iterable) -> str:
+    return ", ".join("?" for _ in values)
 
 
 def _place(finding: Finding) -> str:

@@ -1,4 +1,5 @@
-"""Hands the agent's findings to repair: marks filed when ZooKeeper answers, and the follow-up cycle.
+"""Hands the agent's findings to repair: marks filed when ZooKeeper answers, and the follow-up cycle, whose
+word ends a ledger's findings (repaired, deleted, moved) and whose UNREPAIRED findings go to the book.
 
 With ``rereplicate`` the follow-up moves damaged fragments to other bookies (``scanner.repair.rereplicate``).
 """
@@ -15,6 +16,7 @@ from kazoo.exceptions import KazooException
 
 from scanner.agent.findingbook import FindingBook
 from scanner.agent.lograte import RateLimitedLog
+from scanner.checks.findings import Category
 from scanner.metadata.store import MetadataUnavailable
 from scanner.repair.filer import MarkFiler
 from scanner.repair.followup import FollowUp
@@ -25,15 +27,18 @@ from scanner.repair.rereplicate import Rereplicator
 log = logging.getLogger(__name__)
 
 CYCLE_SECONDS = 120.0
+# What the follow-up's end of a ledger ends: the damage it followed, and its own word that it stayed.
+FOLLOWED = tuple(c for c in Category if c.needs_rereplication) + (Category.UNREPAIRED,)
 
 
 class Marking:
     """Files marks for recorded damage (each ledger once: the follow-up state remembers it)."""
 
     def __init__(self, metadata, book: FindingBook, bookie_id: str, state_dir, repair_command: str | None, *,
-                 rereplicate: bool = True, copy_bytes_per_second: float | None = None,
+                 ledger_dirs: list[str], rereplicate: bool = True, copy_bytes_per_second: float | None = None,
                  stopping: Callable[[], bool] = lambda: False):
         self.metadata = metadata
+        self.ledger_dirs = ledger_dirs  # an UNREPAIRED finding goes to the dir that owns its ledger
         self.book = book
         self.bookie_id = bookie_id
         self.stopping = stopping
@@ -52,14 +57,15 @@ class Marking:
             pending = self.book.awaiting_marks()
             if not pending or not self.metadata.connected:
                 return 0
+            damage = [entry.finding for entry in pending]
             try:
-                metadata = {ledger_id: self.metadata.store.ledger(ledger_id) for ledger_id in damage_by_ledger(pending)}
-                report, _ = self.followup.file(plan_repairs(pending, metadata, self.bookie_id))
+                metadata = {ledger_id: self.metadata.store.ledger(ledger_id) for ledger_id in damage_by_ledger(damage)}
+                report, _ = self.followup.file(plan_repairs(damage, metadata, self.bookie_id))
             except (MetadataUnavailable, MarkError, KazooException, OSError) as exc:
                 self._retries.log("marks not filed yet (%s): will retry", exc)
                 return 0
             failed = set(report.failed)
-            self.book.marked([f for f in pending if f.ledger_id not in failed])
+            self.book.marked([e for e in pending if e.finding.ledger_id not in failed])
             filed = len(report.marked) + len(report.merged)
             self.filed_ledgers += filed
             return filed
@@ -80,7 +86,10 @@ class Marking:
             except (MetadataUnavailable, MarkError, KazooException, OSError) as exc:
                 self._retries.log("follow-up cycle cut short (%s): will retry", exc)
                 return
-        self.book.record(report.findings)
+        for finding in report.findings:
+            self.book.record(self.ledger_dirs[finding.ledger_id % len(self.ledger_dirs)], [finding])
+        for ledger_id, why in report.ended.items():
+            self.book.end_ledger(ledger_id, FOLLOWED, f"repair follow-up: {why}")
 
     def repair_report(self) -> dict:
         """Not under the cycle's lock: a move can take minutes, /health must answer meanwhile."""

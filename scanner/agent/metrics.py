@@ -10,7 +10,8 @@ from __future__ import annotations
 import platform
 from importlib import metadata
 
-from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client import (CollectorRegistry, PlatformCollector, ProcessCollector, disable_created_metrics,
+                               generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from scanner.repair.followup import ESCALATIONS, UNREPAIRED
@@ -51,10 +52,13 @@ class AgentCollector:
                          int(health["zookeeper_connected"]))
         yield single(GaugeMetricFamily, "state_dir_writable", "0 while the state dir cannot be written (full, read-only)",
                      0 if health["state_dir_problem"] else 1)
-        yield by_label(GaugeMetricFamily, "findings", "Distinct findings known, by category", "category",
+        yield by_label(GaugeMetricFamily, "findings", "Open findings (the damage seen now), by category", "category",
                        health["findings"])
-        yield by_label(CounterMetricFamily, "findings_recorded", "Findings never seen before, recorded since start",
-                       "category", health["findings_new_since_start"])
+        yield by_label(CounterMetricFamily, "findings_recorded", "Findings opened (never seen, or seen again after "
+                       "they ended) since start", "category", health["findings_new_since_start"])
+        yield by_label(CounterMetricFamily, "findings_ended", "Findings ended since start: a later pass, a suspect's "
+                       "scan or the repair follow-up showed the damage gone", "category",
+                       health["findings_ended_since_start"])
         yield single(CounterMetricFamily, "digest_failures",
                      "Stored entries that failed verification (digest mismatch, or a record naming another entry), "
                      "each time a scan finds them", health["corrupt_entries_found"])
@@ -100,7 +104,8 @@ _SCANNER_METRICS = {
 def _scanner_metrics(scanners: list[dict], bookie: str):
     labels = ("bookie", "ledger_dir")
     families = {key: kind(PREFIX + name, doc, labels=labels) for key, (kind, name, doc) in _SCANNER_METRICS.items()}
-    waiting = GaugeMetricFamily(PREFIX + "waiting", "1 while the pass is done and the next not yet due", labels=labels)
+    waiting = GaugeMetricFamily(PREFIX + "waiting", "1 while the pass is done and the next not yet due, or while pass "
+                                "work waits for its random delay after a start", labels=labels)
     behind = GaugeMetricFamily(PREFIX + "pass_behind_schedule",
                                "1 while the configured rate cannot finish the pass within its period", labels=labels)
     for scanner in scanners:
@@ -108,7 +113,7 @@ def _scanner_metrics(scanners: list[dict], bookie: str):
         for key, family in families.items():
             if scanner[key] is not None:
                 family.add_metric(values, scanner[key])
-        waiting.add_metric(values, 1 if scanner["phase"] == "waiting" else 0)
+        waiting.add_metric(values, 1 if scanner["phase"] in ("waiting", "starting") else 0)
         behind.add_metric(values, 1 if scanner["behind_schedule"] else 0)
     yield from families.values()
     yield waiting
@@ -137,7 +142,12 @@ class _Constant:
 
 
 def agent_registry(health) -> CollectorRegistry:
-    """A registry of the agent's own (not the process-wide default, which tests share) with every metric."""
+    """A registry of the agent's own (not the process-wide default, which tests share) with every metric.
+
+    Counters come without prometheus_client's ``_created`` series: a gauge per counter that only
+    says when the process started, which Prometheus stores as one more series each.
+    """
+    disable_created_metrics()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(health))
     registry.register(_Constant(_build_info()))

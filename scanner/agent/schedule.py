@@ -3,6 +3,7 @@ configured rate can still finish this one in time (and which rate would)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 
@@ -14,11 +15,18 @@ class PassSchedule:
     behind: bool  # the configured rate cannot finish this pass within its period
 
 
+def jittered_period(period_seconds: float, jitter: float, seed: str) -> float:
+    """``period_seconds`` times a factor in [1 - jitter, 1 + jitter], the same for the same ``seed`` (one per pass)."""
+    return period_seconds * (1 + jitter * (2 * random.Random(seed).random() - 1))
+
+
 def pass_schedule(phase: str, pass_started: float, bytes_done: int, bytes_total: int, period_seconds: float,
-                  rate_cap: float | None, now: float) -> PassSchedule:
+                  rate_cap: float | None, now: float, next_start: float | None = None) -> PassSchedule:
+    """``period_seconds`` is the period as configured: a pass is due within it; ``next_start`` (default: the end of
+    it) is when the pass after a finished one starts (jitter, start delay)."""
     due = pass_started + period_seconds
     if phase == "waiting":
-        return PassSchedule(due, max(due, now), None, False)
+        return PassSchedule(due, max(due if next_start is None else next_start, now), None, False)
     left = due - now
     remaining = max(0, bytes_total - bytes_done)
     if left <= 0:

@@ -31,7 +31,8 @@ class SystemdNotifier:
         message = "\n".join(assignments).encode()
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
-                sock.sendto(message, self._address)
+                # Never wait on a listener that does not read: a lost ping is better than a scheduler held up.
+                sock.sendto(message, socket.MSG_DONTWAIT, self._address)
         except OSError:
             return False
         return True

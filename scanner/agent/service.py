@@ -29,9 +29,10 @@ from scanner.agent.metrics import agent_registry
 from scanner.agent.schedule import pass_schedule
 from scanner.agent.sdnotify import SystemdNotifier
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue, parse_suspect
-from scanner.agent.units import moment_text, rate_text
+from scanner.units import moment_text, rate_text
 from scanner.agent.workcount import CarriedTotal, MeteredPacer
 from scanner.agent.worker import LedgerDirWorker, WorkerSettings
+from scanner.checks.findings import Category
 from scanner.metadata.store import MetadataUnavailable
 from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
 from scanner.scan.targeted import BookieScanner
@@ -79,7 +80,7 @@ class Agent:
         except statedir.StateDirError as exc:
             raise StartupError(str(exc)) from None
         statedir.clean(self.state_dir)
-        self.book = FindingBook(self.state_dir)
+        self.book = FindingBook(self.state_dir, [str(d) for d in self.layout.ledger_dirs])
         self.suspects = SuspectQueue(self.state_dir, config.suspect_window_seconds, config.suspect_limit)
         self._paused = control.is_paused(self.state_dir)
         self.metadata: CachedMetadata | None = None
@@ -88,6 +89,7 @@ class Agent:
         self.entries_verified: dict[str, CarriedTotal] = {}
         self._behind: set[str] = set()  # ledger dirs whose pass the configured rate cannot finish in time
         self._unsaved = RateLimitedLog(log, logging.WARNING)
+        self._watchdog_withheld = False
         self.registry = agent_registry(self.health)
         self.tail = LogTail(config.log_files, self._on_log_line)
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
@@ -150,10 +152,12 @@ class Agent:
             from scanner.agent.marking import Marking
 
             self.marking = Marking(self.metadata, self.book, self.layout.bookie_id, self.state_dir,
-                                   self.config.repair_command,
+                                   self.config.repair_command, ledger_dirs=[str(d) for d in self.layout.ledger_dirs],
                                    copy_bytes_per_second=self.config.copy_bytes_per_second
                                    if self.config.rereplicate else None,
                                    rereplicate=self.config.rereplicate, stopping=self._stop.is_set)
+        else:
+            self.book.end_category(Category.UNREPAIRED, "the repair follow-up is off ([repair] mark = false)")
         return True
 
     def _start_workers(self) -> None:
@@ -169,7 +173,8 @@ class Agent:
     def _settings(self, config: AgentConfig) -> WorkerSettings:
         return WorkerSettings(self.layout, self.state_dir, config.period_seconds, config.checkpoint_seconds,
                               config.throttle.bytes_per_second, config.throttle.entries_per_second,
-                              spread_evenly=config.pace == PACE_SPREAD)
+                              spread_evenly=config.pace == PACE_SPREAD, period_jitter=config.period_jitter,
+                              start_jitter_seconds=config.start_jitter_seconds)
 
     def _pacer(self, index: int) -> MeteredPacer:
         throttle = self.config.throttle
@@ -210,6 +215,7 @@ class Agent:
         control.remove_address(self.state_dir)
         if self.metadata is not None:
             self.metadata.close()
+        self.book.close()
 
     # -- periodic work ------------------------------------------------------------------------
 
@@ -238,7 +244,8 @@ class Agent:
 
     def _schedule_of(self, scanner: dict):
         return pass_schedule(scanner["phase"], scanner["pass_started"], scanner["bytes_done"], scanner["bytes_total"],
-                             self.config.period_seconds, self.config.throttle.bytes_per_second, time.time())
+                             self.config.period_seconds, self.config.throttle.bytes_per_second, time.time(),
+                             scanner["next_pass_due"])
 
     def _note_schedule(self, ledger_dir: str, schedule) -> None:
         """One line when a pass falls behind its period (with the rate that would keep up), one when it no longer is."""
@@ -254,8 +261,22 @@ class Agent:
             log.info("%s: the pass is on schedule again", ledger_dir)
 
     def _watchdog(self) -> None:
-        self.notifier.watchdog()
+        """Ping systemd's watchdog only while every scanner thread makes progress or is idle by design."""
+        stalled = self._stalled()
+        if stalled and not self._watchdog_withheld:
+            log.error("%s: no progress for %.0fs outside a wait by design (a read that does not return, a "
+                      "deadlock?): the watchdog is no longer pinged, systemd restarts the agent",
+                      ", ".join(stalled), max(w.stalled_seconds() for w in self.workers))
+        elif not stalled and self._watchdog_withheld:
+            log.info("every scanner makes progress again: the watchdog is pinged again")
+        self._watchdog_withheld = bool(stalled)
+        if not stalled:
+            self.notifier.watchdog()
         self.notifier.status(self._status_line())
+
+    def _stalled(self) -> list[str]:
+        """The ledger dirs whose scanner has stalled for longer than ``[agent] stall_minutes``."""
+        return [w.ledger_dir for w in self.workers if w.stalled_seconds() > self.config.stall_seconds]
 
     def _follow_up(self) -> None:
         def reverify(ledger_id: int):
@@ -316,7 +337,7 @@ class Agent:
             log.error("reload refused, keeping the running config: %s", exc)
             return
         unchanged = ("bookie_conf", "ledger_dirs", "bookie_id", "metadata_uri", "state_dir", "listen_host",
-                     "listen_port", "mark", "rereplicate", "copy_bytes_per_second")
+                     "listen_port", "mark", "rereplicate", "copy_bytes_per_second", "start_jitter_seconds")
         for name in unchanged:
             if getattr(config, name) != getattr(self.config, name):
                 log.warning("reload: %s changed; it takes effect at the next restart", name)
@@ -339,7 +360,8 @@ class Agent:
         for worker in self.workers:
             scanner = dataclasses.asdict(worker.status())
             schedule = self._schedule_of(scanner)
-            scanner.update(next_pass_at=schedule.next_pass_at, behind_schedule=schedule.behind,
+            scanner.update(stalled=scanner.pop("stalled_seconds") > self.config.stall_seconds,
+                           next_pass_at=schedule.next_pass_at, behind_schedule=schedule.behind,
                            needed_bytes_per_second=schedule.needed_bytes_per_second,
                            bytes_read=worker.pass_pacer.bytes_taken + worker.suspect_pacer.bytes_taken,
                            entries_verified=self.entries_verified[worker.ledger_dir].value)
@@ -348,7 +370,7 @@ class Agent:
         state_problem = write_problem(self.state_dir)
         if not self.workers:
             status = "starting"
-        elif any(s["error"] for s in scanners):
+        elif any(s["error"] or s["stalled"] for s in scanners):
             status = "failing"
         elif state_problem or (self.on_zookeeper and not connected):
             status = "degraded"
@@ -364,6 +386,7 @@ class Agent:
             "state_dir_problem": state_problem,
             "findings": self.book.counts(),
             "findings_new_since_start": dict(self.book.new_by_category),
+            "findings_ended_since_start": dict(self.book.ended_by_category),
             "corrupt_entries_found": self.book.corrupt_entries_found,
             "scanners": scanners,
             "suspects_queued": self.suspects.queued(),

@@ -1,5 +1,10 @@
 """One ledger directory's scanner: suspects first, then its share of a regular pass, under a throttle.
 
+Passes are spread in time so a fleet does not read in step: after each start of the agent, pass work
+waits a random delay of up to ``start_jitter_seconds`` (suspects do not), and each pass starts a
+period times a factor in [1 - period_jitter, 1 + period_jitter] after the one before (the factor is
+drawn per bookie, dir and pass, so a restart keeps it).
+
 A pass (``scanner.scan.full_pass``) reads the dir's index once (conditions 1-2 for its ledgers), then
 walks its entry logs in id order, each front to back, verifying every digest and the index's
 locations (condition 3). The cursor is saved every ``checkpoint_seconds`` and whenever the worker
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import threading
 import time
@@ -19,8 +25,10 @@ from typing import Callable
 
 from scanner.agent.cursor import ENTRY_LOGS, LEDGERS, WAITING, Cursor, cursor_path, fresh_cursor, load_cursor, save_cursor
 from scanner.agent.findingbook import FindingBook
+from scanner.agent.liveness import BeatingMetadata, Heartbeat
+from scanner.agent.schedule import jittered_period
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue
-from scanner.checks.findings import Finding
+from scanner.checks.findings import Category, Finding
 from scanner.metadata.store import MetadataUnavailable
 from scanner.scan.full_pass import BookiePass, Stopped
 from scanner.scan.targeted import BookieScanner
@@ -37,6 +45,11 @@ MAX_PACE_INTERVAL = 1 << 20
 RETRY_SECONDS = 5.0
 ERROR_RETRY_SECONDS = 60.0
 IDLE_WAIT_SECONDS = 3600.0
+STARTING = "starting"  # the phase shown while pass work waits for the start delay
+# What a suspect's scan looks at again, so what it no longer finds there has ended.
+LEDGER_SCAN_FINDS = (Category.LOST_ENTRY, Category.CORRUPT_ENTRY, Category.MISSING_LEDGER, Category.MISSING_ENTRY,
+                     Category.ORPHAN_LEDGER)
+ENTRY_LOG_SCAN_FINDS = (Category.DAMAGED_ENTRY_LOG, Category.CORRUPT_ENTRY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +61,8 @@ class WorkerSettings:
     bytes_per_second: float | None  # the cap; None: unlimited
     entries_per_second: float | None
     spread_evenly: bool = False  # pace a pass over the whole period instead of reading at the cap
+    period_jitter: float = 0.0
+    start_jitter_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +83,8 @@ class WorkerStatus:
     suspects_scanned: int
     error: str | None
     entries_verified: int = 0  # digests checked by the current pass's scanner (it starts again at 0)
+    next_pass_due: float = 0.0  # epoch seconds: when the next pass starts, once this one is done (jitter included)
+    stalled_seconds: float = 0.0  # neither progressing nor idle by design this long (see scanner.agent.liveness)
 
 
 class _Interrupted(Exception):
@@ -75,23 +92,29 @@ class _Interrupted(Exception):
 
 
 class _YieldingPacer:
-    """The pass's pacer, giving way: a take cut short by ``wake``/``stop`` raises when the pass must yield.
+    """A worker's pacer, giving way: a take cut short by ``wake``/``stop`` raises when the pass must yield.
 
     So a suspect, a pause or SIGTERM is served at the next record even in the middle of a ledger;
-    the cursor has not moved past that ledger or record, so nothing is skipped.
+    the cursor has not moved past that ledger or record, so nothing is skipped. Waiting on the
+    throttle is idle by design; each take paid for is progress.
     """
 
-    def __init__(self, pacer: Pacer, must_yield: Callable[[], bool]):
+    def __init__(self, pacer: Pacer, must_yield: Callable[[], bool], heartbeat: Heartbeat):
         self.pacer = pacer
         self.must_yield = must_yield
+        self.heartbeat = heartbeat
 
     def take_bytes(self, n: int) -> bool:
-        if self.pacer.take_bytes(n) and self.must_yield():
+        with self.heartbeat.idle():
+            cut_short = self.pacer.take_bytes(n)
+        if cut_short and self.must_yield():
             raise _Interrupted
         return False
 
     def take_entries(self, n: int) -> bool:
-        if self.pacer.take_entries(n) and self.must_yield():
+        with self.heartbeat.idle():
+            cut_short = self.pacer.take_entries(n)
+        if cut_short and self.must_yield():
             raise _Interrupted
         return False
 
@@ -106,7 +129,8 @@ class LedgerDirWorker:
         self.dir_count = dir_count
         self.settings = settings
         self.ledger_dir = str(settings.layout.ledger_dirs[index])
-        self.metadata = metadata
+        self.heartbeat = Heartbeat()
+        self.metadata = BeatingMetadata(metadata, self.heartbeat)
         self.book = book
         self.suspects = suspects
         self.pass_pacer = pass_pacer
@@ -114,10 +138,14 @@ class LedgerDirWorker:
         self.paused = paused
         self.clock = clock
         self.path = cursor_path(settings.state_dir, index)
-        self.cursor = load_cursor(self.path, self.ledger_dir) or fresh_cursor(self.ledger_dir, clock())
+        self.cursor = load_cursor(self.path, self.ledger_dir)
+        if self.cursor is None:  # a first pass, or a damaged cursor: a pass from the start
+            self.cursor = fresh_cursor(self.ledger_dir, clock())
+            book.begin_pass(self.ledger_dir)
         self.suspects_scanned = 0
         self.error: str | None = None
         self.last_progress = clock()
+        self._start_after = clock() + random.uniform(0, settings.start_jitter_seconds)  # pass work, not suspects
         self._stopping = threading.Event()
         self._saved_at = clock()
         self._saved: Cursor | None = None
@@ -151,12 +179,31 @@ class LedgerDirWorker:
         eta = None
         if cursor.phase != WAITING and rate:
             eta = max(0, cursor.bytes_total - cursor.bytes_done) / rate
-        return WorkerStatus(self.ledger_dir, "paused" if self.paused() else cursor.phase, cursor.pass_progress,
+        phase = cursor.phase
+        if self.paused():
+            phase = "paused"
+        elif phase != WAITING and self.clock() < self._start_after:
+            phase = STARTING
+        return WorkerStatus(self.ledger_dir, phase, cursor.pass_progress,
                             cursor.passes_completed, eta, rate, cursor.ledgers_done, cursor.ledgers_total,
                             cursor.bytes_done, cursor.bytes_total,
                             cursor.pass_started, cursor.last_pass_finished, self.last_progress,
                             self.suspects_scanned, self.error,
-                            full.totals.entries_verified if (full := self._pass) is not None else 0)
+                            full.totals.entries_verified if (full := self._pass) is not None else 0,
+                            self.next_pass_due(), self.stalled_seconds())
+
+    def next_pass_due(self) -> float:
+        """When the pass after this one starts: a jittered period after this one started, not before the start delay."""
+        cursor = self.cursor
+        period = jittered_period(self.settings.period_seconds, self.settings.period_jitter,
+                                 f"{self.settings.layout.bookie_id}|{self.ledger_dir}|{cursor.passes_completed}")
+        return max(cursor.pass_started + period, self._start_after)
+
+    def stalled_seconds(self) -> float:
+        """How long the thread has made no progress outside a wait by design (a thread that died: forever)."""
+        if not self._thread.is_alive():
+            return 0.0 if self._stopping.is_set() or self._thread.ident is None else float("inf")
+        return self.heartbeat.stalled_for()
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -170,7 +217,7 @@ class LedgerDirWorker:
                     pass
                 except MetadataUnavailable as exc:
                     log.warning("%s: waiting for metadata: %s", self.ledger_dir, exc)
-                    self.pass_pacer.wait(RETRY_SECONDS)
+                    self._wait(RETRY_SECONDS)
                 except Exception as exc:  # a bug or a disk error must not end the agent: report and retry
                     if self._in_state_dir(exc):  # full or read-only: one line, /health names the state dir
                         log.error("%s: state not saved (%s); retrying in %gs", self.ledger_dir, exc,
@@ -180,7 +227,7 @@ class LedgerDirWorker:
                                       ERROR_RETRY_SECONDS)
                     self.error = f"{type(exc).__name__}: {exc}"
                     self._close_pass()
-                    self.pass_pacer.wait(ERROR_RETRY_SECONDS)
+                    self._wait(ERROR_RETRY_SECONDS)
         finally:
             try:
                 self._save()
@@ -190,24 +237,30 @@ class LedgerDirWorker:
             self._close_pass()
 
     def _step(self) -> None:
+        self.heartbeat.beat()
         if self.paused():
-            self.pass_pacer.wait(IDLE_WAIT_SECONDS)
+            self._wait(IDLE_WAIT_SECONDS)
             return
         suspect = self.suspects.take(self.index)
         if suspect is not None:
             self._scan_suspect(suspect)
             return
         cursor = self.cursor
+        due = self.next_pass_due() if cursor.phase == WAITING else self._start_after
+        if self.clock() < due:
+            self._wait(min(due - self.clock(), IDLE_WAIT_SECONDS))
+            return
         if cursor.phase == WAITING:
-            due = cursor.pass_started + self.settings.period_seconds
-            if self.clock() < due:
-                self.pass_pacer.wait(min(due - self.clock(), IDLE_WAIT_SECONDS))
-                return
             self._begin_pass()
         elif cursor.phase == LEDGERS:
             self._ledger_phase()
         else:
             self._entry_log_phase()
+
+    def _wait(self, seconds: float) -> None:
+        """Idle by design until ``seconds`` pass or something wakes the worker."""
+        with self.heartbeat.idle():
+            self.pass_pacer.wait(seconds)
 
     def _interrupted(self) -> bool:
         return self._stopping.is_set() or self.paused() or self.suspects.has_work(self.index)
@@ -221,7 +274,7 @@ class LedgerDirWorker:
                     findings = self._scan_suspect_log(storage, suspect.id)
                 else:
                     with BookieScanner(storage, self.metadata, self.settings.layout.bookie_id,
-                                       self.suspect_pacer) as scanner:
+                                       self._suspect_pacing()) as scanner:
                         findings = scanner.scan_ledger(suspect.id, verify_digests=True) + scanner.orphan_findings()
         except BaseException:
             self.suspects.release(suspect)
@@ -229,10 +282,19 @@ class LedgerDirWorker:
         if self._stopping.is_set():
             self.suspects.release(suspect)  # cut short: scan it whole after the restart
             return
-        self.book.record(findings)
+        if suspect.kind == ENTRY_LOG:
+            self.book.settle(self.ledger_dir, findings, ENTRY_LOG_SCAN_FINDS, entry_log=suspect.id,
+                             why=f"not found again by a scan of suspect entry log {suspect.id}")
+        else:
+            self.book.settle(self.ledger_dir, findings, LEDGER_SCAN_FINDS, ledger_id=suspect.id,
+                             why=f"not found again by a scan of suspect ledger {suspect.id}")
         self.suspects.done(suspect)
         self.suspects_scanned += 1
         log.info("%s: suspect %s %d scanned: %d findings", self.ledger_dir, suspect.kind, suspect.id, len(findings))
+
+    def _suspect_pacing(self) -> _YieldingPacer:
+        """The suspect pacer, its waits idle by design and its takes progress; a suspect's scan does not yield."""
+        return _YieldingPacer(self.suspect_pacer, lambda: False, self.heartbeat)
 
     def _scan_suspect_log(self, storage: BookieStorage, entry_log_id: int) -> list[Finding]:
         """The suspect log walked as a pass walks it, judged on the index as it is then."""
@@ -243,7 +305,8 @@ class LedgerDirWorker:
             return self._stopping.is_set()
 
         with BookiePass(storage, self.metadata, self.settings.layout.bookie_id, self._work_dir(),
-                        lambda: open_bookie(self.settings.layout, work_dir=self._work_dir()), self.suspect_pacer) as logs:
+                        lambda: open_bookie(self.settings.layout, work_dir=self._work_dir()),
+                        self._suspect_pacing()) as logs:
             for log_file in logs.log_files:
                 if log_file.ledger_dir_index == self.index and log_file.entry_log_id == entry_log_id:
                     try:
@@ -258,6 +321,7 @@ class LedgerDirWorker:
         old = self.cursor
         self._close_pass()
         self.cursor = fresh_cursor(self.ledger_dir, self.clock(), old.passes_completed, old.last_pass_finished)
+        self.book.begin_pass(self.ledger_dir)  # before the cursor says so: a crash between begins it again
         self._save()
         log.info("%s: pass %d started", self.ledger_dir, old.passes_completed + 1)
 
@@ -266,7 +330,7 @@ class LedgerDirWorker:
         self._close_pass()
         self._retune()
         full = self._build_pass()
-        self.book.record(full.judge_index())
+        self.book.record(self.ledger_dir, full.judge_index())
         total = sum(file_size(f.path) for f in full.log_files)
         self._advance(phase=ENTRY_LOGS, ledgers_done=full.totals.ledgers_checked,
                       ledgers_total=full.totals.ledgers_checked, bytes_total=total, bytes_done=0)
@@ -286,7 +350,7 @@ class LedgerDirWorker:
                 raise _Interrupted
             self._walk(full, log_file)
         findings = full.finish(set(self.cursor.vanished_logs) | full.vanished)
-        self.book.record(findings)
+        self.book.record(self.ledger_dir, findings)
         self._finish_pass()
 
     def _build_pass(self) -> BookiePass:
@@ -295,7 +359,7 @@ class LedgerDirWorker:
         try:
             full = BookiePass(storage, self.metadata, self.settings.layout.bookie_id, self._work_dir(),
                               lambda: open_bookie(self.settings.layout, work_dir=self._work_dir()),
-                              _YieldingPacer(self.pass_pacer, must_yield), dir_index=self.index)
+                              _YieldingPacer(self.pass_pacer, must_yield, self.heartbeat), dir_index=self.index)
             try:
                 full.read_index()
                 full.read_cluster()
@@ -304,7 +368,7 @@ class LedgerDirWorker:
                 raise
         finally:
             storage.close()  # the pass reads the index once; confirmations open a fresh view each time
-        full.pacer = _YieldingPacer(self.pass_pacer, self._interrupted)
+        full.pacer = _YieldingPacer(self.pass_pacer, self._interrupted, self.heartbeat)
         self._pass = full
         return full
 
@@ -318,7 +382,7 @@ class LedgerDirWorker:
         self._advance(entry_log_id=log_file.entry_log_id, entry_log_inode=inode, offset=start)
 
         def checkpoint(offset: int, findings: list[Finding]) -> bool:
-            self.book.record(findings)  # saved before the cursor moves past them
+            self.book.record(self.ledger_dir, findings)  # saved before the cursor moves past them
             self._advance(offset=offset, bytes_done=base + offset)
             self._retune()
             return self._interrupted()
@@ -329,7 +393,7 @@ class LedgerDirWorker:
         except Stopped:
             self._save()
             raise _Interrupted from None
-        self.book.record(findings)
+        self.book.record(self.ledger_dir, findings)
         vanished = self.cursor.vanished_logs
         if log_file.entry_log_id in full.vanished:
             vanished = (*vanished, log_file.entry_log_id)
@@ -342,6 +406,7 @@ class LedgerDirWorker:
         self.cursor = cursor.advanced(phase=WAITING, passes_completed=cursor.passes_completed + 1,
                                       last_pass_finished=now, bytes_done=cursor.bytes_total)
         self._save()
+        self.book.end_pass(self.ledger_dir, f"not found again by pass {self.cursor.passes_completed}")
         self._close_pass()
         log.info("%s: pass %d finished in %.0fs", self.ledger_dir, self.cursor.passes_completed,
                  now - cursor.pass_started)
@@ -351,6 +416,7 @@ class LedgerDirWorker:
     def _advance(self, **changes) -> None:
         self.cursor = self.cursor.advanced(**changes)
         self.last_progress = self.clock()
+        self.heartbeat.beat()
         if self.clock() - self._saved_at >= self.settings.checkpoint_seconds:
             try:
                 self._save()

@@ -81,6 +81,17 @@ def to_ranges(entry_ids: Iterable[int]) -> EntryRanges:
     return tuple(out)
 
 
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> EntryRanges:
+    """Sorted, disjoint ranges covering ``ranges`` (which may overlap or touch); never one id at a time."""
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return tuple(out)
+
+
 def count_in_ranges(ranges: EntryRanges) -> int:
     return sum(last - first + 1 for first, last in ranges)
 

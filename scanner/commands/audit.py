@@ -106,6 +106,7 @@ def run(args) -> int:
         raise UsageError(f"--marks-per-second must be 0 (unlimited) or more, got {args.marks_per_second:g}")
     if args.min_racks is not None and args.min_racks < 1:
         raise UsageError(f"--min-racks must be at least 1, got {args.min_racks}")
+    _check_local_exports(args.exports)  # before Spark starts: seconds, a JVM and a log file
     options = AuditOptions(racks=parse_racks(args.racks) if args.racks else None,
                            min_racks=args.min_racks or DEFAULT_MIN_RACKS,
                            max_under_replicated_ms=parse_duration_ms(args.max_under_replicated_age))
@@ -114,6 +115,7 @@ def run(args) -> int:
     if store is None and not Path(dump_path(uri)).is_file():
         raise UsageError(f"{dump_path(uri)}: no such dump file")
     spark_log = None if args.verbose else spark_log_path()
+    keep_log = False  # only a failure of Spark's, whose one line names it
     try:
         marks = None
         if args.mark:
@@ -135,16 +137,18 @@ def run(args) -> int:
                 status = 1 if any(result.counts.values()) else 0
             finally:
                 result.close()
-        if spark_log is not None:
-            spark_log.unlink(missing_ok=True)  # the run went through: nobody needs Spark's chatter
         return status
     except (SparkUnavailable, AuditInputError) as exc:
-        raise UsageError(f"{exc}{_see_log(spark_log)}") from None
+        see_log = _see_log(spark_log)
+        keep_log = bool(see_log)
+        raise UsageError(f"{exc}{see_log}") from None
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata unavailable: {exc}") from None
     finally:
         if store is not None:
             store.close()
+        if spark_log is not None and not keep_log:
+            spark_log.unlink(missing_ok=True)  # nobody needs Spark's chatter of a run that went through
 
 
 def _dump_store(spark, uri: str):
@@ -168,13 +172,18 @@ def spark_log_path() -> Path:
 
 
 def _see_log(spark_log: Path | None) -> str:
-    """Where to read more, when Spark wrote something; an empty log is removed."""
-    if spark_log is None or not spark_log.exists():
-        return ""
-    if spark_log.stat().st_size == 0:
-        spark_log.unlink()
+    """Where to read more, when Spark wrote something."""
+    if spark_log is None or not spark_log.exists() or spark_log.stat().st_size == 0:
         return ""
     return f" (Spark's log: {spark_log})"
+
+
+def _check_local_exports(exports: str) -> None:
+    """A UsageError when ``--exports`` is a local path (or file://) that is not a directory."""
+    if "://" in exports and not exports.startswith("file://"):
+        return  # HDFS, S3, GCS: only Spark's Hadoop filesystems reach them
+    if not Path(exports.removeprefix("file://")).is_dir():
+        raise UsageError(f"{exports}: no such directory (expected the directory the bookies exported into)")
 
 
 def _write_parquet(violations, output: str) -> None:

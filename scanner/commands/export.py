@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
+from scanner.commands.scan import add_speed_options, reading_rate
 
 DESCRIPTION = """\
 Write what one bookie holds, for `bookie-scanner audit`: for every ledger in its index, the entries
@@ -41,35 +45,58 @@ def register(subparsers) -> None:
                         help="where exports live (local path, s3://..., hdfs://...); this bookie's partition is replaced")
     parser.add_argument("--findings", metavar="SCAN_JSON", type=Path,
                         help="take the damaged entries from this `scan --format json` report instead of scanning now")
-    parser.add_argument("--rate", metavar="BYTES_PER_SEC", type=int,
-                        help="scan at most this many bytes per second (default: unlimited)")
+    add_speed_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    import pyarrow as pa
-
     from scanner.audit.export import bookie_listings, damaged_runs, write_export
     from scanner.storage.bookie import open_bookie
 
     layout = bookie_layout(args)
     findings = _saved_findings(args.findings, layout.bookie_id) if args.findings else None
+    rate = reading_rate(args) if findings is None else None
+    with _output_errors(args.output):
+        _check_writable(args.output)  # before a scan that may take days, not after
     with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
             open_bookie(layout, work_dir=work_dir) as storage:
         if findings is None:
-            findings = _scan_now(args, layout, storage)
-        try:
+            findings = _scan_now(args, layout, storage, rate)
+        with _output_errors(args.output):
             summary = write_export(bookie_listings(storage, damaged_runs(findings)),
                                    layout.bookie_id, layout.storage, args.output)
-        except (OSError, pa.ArrowException) as exc:  # pyarrow's filesystems: an unknown scheme, no access, no libhdfs
-            raise UsageError(f"cannot write {args.output}: {_first_line(exc)}") from None
     print(f"exported {summary.ledgers} ledgers of bookie {summary.bookie_id} to {summary.path}: "
           f"{summary.entries} entries listed, {summary.damaged} damaged"
           + (f", {summary.index_problems} unreadable indexes" if summary.index_problems else ""))
     return 0
 
 
-def _scan_now(args, layout, storage):
+@contextlib.contextmanager
+def _output_errors(output: str) -> Iterator[None]:
+    """pyarrow's filesystems failing (an unknown scheme, no access, no libhdfs) as one line naming the output."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except (OSError, pa.ArrowException) as exc:
+        raise UsageError(f"cannot write {output}: {_first_line(exc)}") from None
+
+
+def _check_writable(output: str) -> None:
+    """Create the exports directory if needed and a file in it (removed again); raises what the filesystem says."""
+    from scanner.audit.export import exports_filesystem
+
+    filesystem, root = exports_filesystem(output)
+    probe = f"{root}/_export-probe-{uuid.uuid4().hex}"  # a `_` directory, as staging: readers skip it
+    filesystem.create_dir(probe)
+    try:
+        with filesystem.open_output_stream(f"{probe}/probe") as stream:
+            stream.write(b"")
+    finally:
+        filesystem.delete_dir(probe)
+
+
+def _scan_now(args, layout, storage, rate: int | None):
     from scanner.scan.on_demand import scan_bookie
     from scanner.metadata.store import MetadataUnavailable
     from scanner.progress import ProgressLine
@@ -78,7 +105,7 @@ def _scan_now(args, layout, storage):
     store = metadata_store(args, layout)
     try:
         return scan_bookie(storage, store, layout.bookie_id, layout.storage,
-                           pacer=Pacer(bytes_per_second=args.rate), progress=ProgressLine()).findings
+                           pacer=Pacer(bytes_per_second=rate), progress=ProgressLine()).findings
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata became unavailable during the scan: {exc}") from None
     finally:

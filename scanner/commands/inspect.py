@@ -8,7 +8,7 @@ from pathlib import Path
 from scanner.cli import UsageError
 from scanner.commands import values
 from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
-from scanner.commands.output import add_format_option, emit
+from scanner.commands.output import add_format_option, add_show_secrets_option, emit
 
 DESCRIPTION = """\
 Look inside one thing, read-only. Like 'bookkeeper shell readlog', but every record's digest is
@@ -48,20 +48,24 @@ def register(subparsers) -> None:
 
     index = things.add_parser(
         "index", help="an .idx file of Interleaved/Sorted storage: header and slots",
-        description="The header (version, fenced, master key, explicit LAC) and every filled slot (entry -> "
-                    "entry log and offset) of one .idx file. Exit status 1 when the file is damaged.")
+        description="The header (version, fenced, explicit LAC; the master key with --show-secrets) and every "
+                    "filled slot (entry -> entry log and offset) of one .idx file. Exit status 1 when the file is "
+                    "damaged.")
     index.add_argument("path", type=Path, help="an index file (<ledger id in hex>.idx)")
     add_format_option(index)
+    add_show_secrets_option(index)
     index.set_defaults(func=_index)
 
     locations = things.add_parser(
         "locations", help="a ledger's index state and entry locations on a bookie (any storage, RocksDB included)",
-        description="What the bookie's index holds for one ledger: its state (master key, fenced) and where "
+        description="What the bookie's index holds for one ledger: its state (fenced; the master key with "
+                    "--show-secrets) and where "
                     "each entry is (entry log, offset). Exit status 1 when the index lacks the ledger or "
                     "cannot be read.")
     add_bookie_options(locations)
     locations.add_argument("--ledger", type=values.ledger_id, required=True, metavar="ID", help="the ledger id")
     add_format_option(locations)
+    add_show_secrets_option(locations)
     locations.set_defaults(func=_locations)
 
     ledger = things.add_parser(
@@ -70,7 +74,7 @@ def register(subparsers) -> None:
     add_metadata_option(ledger)
     ledger.add_argument("--ledger", type=values.ledger_id, required=True, metavar="ID", help="the ledger id")
     add_format_option(ledger)
-    ledger.add_argument("--show-password", action="store_true", help="print the ledger password itself")
+    add_show_secrets_option(ledger)
     ledger.set_defaults(func=_ledger)
 
 
@@ -145,9 +149,13 @@ def _metadata_verifiers(store):
     return verifier_for
 
 
-def _state(state) -> dict:
-    return {"master_key": state.master_key.hex(), "fenced": state.fenced,
+def _state(state, show_secrets: bool) -> dict:
+    return {"master_key": state.master_key.hex() if show_secrets else None, "fenced": state.fenced,
             "explicit_lac": None if state.explicit_lac is None else state.explicit_lac.hex(), "limbo": state.limbo}
+
+
+def _key_text(master_key_hex: str | None) -> str:
+    return "master key hidden (--show-secrets)" if master_key_hex is None else f"master key {master_key_hex}"
 
 
 def _index(args) -> int:
@@ -156,13 +164,13 @@ def _index(args) -> int:
     try:
         with IndexFile(args.path) as index:
             slots = [{"entry_id": e, "entry_log": loc.entry_log_id, "offset": loc.pos} for e, loc in index.locations()]
-            obj = {"path": str(args.path), "version": index.version, **_state(index.state), "entries": slots}
+            obj = {"path": str(args.path), "version": index.version, **_state(index.state, args.show_secrets), "entries": slots}
     except OSError as exc:
         raise UsageError(f"{args.path}: {exc.strerror or exc}") from None
     except IndexFileError as exc:
         emit(args, "inspect_index", {"path": str(args.path), "problem": str(exc)}, [f"PROBLEM: {exc}"])
         return 1
-    lines = [f"{args.path}: header v{obj['version']}, fenced {obj['fenced']}, master key {obj['master_key']}, "
+    lines = [f"{args.path}: header v{obj['version']}, fenced {obj['fenced']}, {_key_text(obj['master_key'])}, "
              f"explicit LAC {obj['explicit_lac'] or 'none'}",
              f"  {'entry':>8} {'entry log':>10} {'offset':>10}"]
     lines += [f"  {s['entry_id']:>8} {s['entry_log']:>10} {s['offset']:>10}" for s in slots]
@@ -189,8 +197,9 @@ def _locations(args) -> int:
             emit(args, "inspect_locations", {**obj, "index": None, "entries": [], "problem": str(exc)},
                  [head + f"the index cannot be read: {exc}"])
             return 1
-    obj.update({"index": None if state is None else _state(state), "entries": slots, "problem": None})
-    lines = [head + ("not in the index" if state is None else f"fenced {state.fenced}, master key {state.master_key.hex()}")]
+    obj.update({"index": None if state is None else _state(state, args.show_secrets), "entries": slots, "problem": None})
+    lines = [head + ("not in the index" if state is None
+                     else f"fenced {state.fenced}, {_key_text(obj['index']['master_key'])}")]
     lines += [f"  entry {s['entry_id']:>8} -> entry log {s['entry_log']} offset {s['offset']}" for s in slots]
     emit(args, "inspect_locations", obj, lines)
     return 0 if state is not None else 1

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 
 from scanner.cli import UsageError
 from scanner.commands import values
 from scanner.commands.bookie_args import add_metadata_option, metadata_store
-from scanner.commands.output import add_format_option, emit
+from scanner.commands.output import add_format_option, add_show_secrets_option, emit
 
 EXIT_NOT_FOUND = 1
 
@@ -35,12 +36,12 @@ def register(subparsers) -> None:
         "show",
         help="a ledger's decoded metadata",
         description="State, ensembles, quorums, digest type and custom metadata of one ledger. "
-        "The password is shown as its master key (SHA-1 of 'ledger' + password) unless --show-password.",
+        "Its password and master key are write credentials and are not shown unless --show-secrets.",
     )
     add_metadata_option(show)
     show.add_argument("--ledger", metavar="ID", type=values.ledger_id, required=True, help="the ledger id (decimal)")
     add_format_option(show)
-    show.add_argument("--show-password", action="store_true", help="print the ledger password itself")
+    add_show_secrets_option(show)
     show.set_defaults(func=show_ledger)
 
 
@@ -54,7 +55,9 @@ def _dump(args) -> int:
             count = write_dump(store, sys.stdout)
         else:
             try:
-                with open(args.output, "w", encoding="utf-8") as out:
+                # The dump holds every ledger's password (the data of its znode): private to its writer.
+                with os.fdopen(os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
+                               encoding="utf-8") as out:
                     count = write_dump(store, out)
             except OSError as exc:
                 raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
@@ -67,7 +70,7 @@ def _dump(args) -> int:
 
 
 def show_ledger(args) -> int:
-    """Print one ledger's metadata (args: metadata, ledger, format, show_password); used by `inspect ledger` too."""
+    """Print one ledger's metadata (args: metadata, ledger, format, show_secrets); used by `inspect ledger` too."""
     from scanner.metadata.ledger import MetadataFormatError
     from scanner.metadata.store import MetadataUnavailable
 
@@ -81,7 +84,7 @@ def show_ledger(args) -> int:
     if meta is None:
         print(f"ledger {args.ledger}: no such ledger under {store.root} (deleted, or never created)", file=sys.stderr)
         return EXIT_NOT_FOUND
-    described = describe_ledger(meta, show_password=args.show_password)
+    described = describe_ledger(meta, show_secrets=args.show_secrets)
     emit(args, "ledger_metadata", described, _as_text(described))
     return 0
 
@@ -92,8 +95,8 @@ def _store(args):
     return metadata_store(args)
 
 
-def describe_ledger(meta, show_password: bool = False) -> dict:
-    """A JSON-ready description of a ledger's metadata; the password only as its master key."""
+def describe_ledger(meta, show_secrets: bool = False) -> dict:
+    """A JSON-ready description of a ledger's metadata; its password and master key only with ``show_secrets``."""
     from scanner.storage.entry import master_key
 
     described = {
@@ -106,13 +109,13 @@ def describe_ledger(meta, show_password: bool = False) -> dict:
         "write_quorum": meta.write_quorum,
         "ack_quorum": meta.ack_quorum,
         "digest_type": None if meta.digest_type is None else meta.digest_type.name,
-        "master_key_hex": None if meta.password is None else master_key(meta.password).hex(),
+        "master_key_hex": None if meta.password is None or not show_secrets else master_key(meta.password).hex(),
         "ctime": meta.ctime,
         "ctoken": meta.ctoken,
         "ensembles": [{"first_entry_id": first, "bookies": list(bookies)} for first, bookies in meta.segments],
         "custom_metadata": {key: _readable(value) for key, value in meta.custom_metadata},
     }
-    if show_password:
+    if show_secrets:
         described["password"] = None if meta.password is None else _readable(meta.password)
     return described
 
@@ -138,6 +141,8 @@ def _as_text(d: dict) -> list[str]:
     ]
     if d["master_key_hex"] is not None:
         lines.append(f"master key: {d['master_key_hex']}")
+    elif d["digest_type"] is not None:
+        lines.append("password and master key: hidden (--show-secrets shows them)")
     if "password" in d:
         lines.append(f"password: {d['password']}")
     if d["ctime"] is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from scanner.cli import UsageError
@@ -15,7 +16,7 @@ endpoint or 'bookie-scanner suspect') first. Progress is saved in the state dir;
 Signals: SIGTERM/SIGINT stop at the next record (cursors saved, exit 0); SIGHUP reloads the config.
 Endpoint: GET /health, GET /metrics, POST /suspects, POST /pause, POST /resume.
 Exit status: 0 stopped, 2 configuration error (also: the state dir inside a bookie dir or not
-writable, the listen port busy).
+writable, the listen port busy): restarting does not help; 70 an unexpected error: the unit restarts it.
 """
 
 
@@ -54,15 +55,32 @@ def writable_state_dir(config) -> None:
         raise UsageError(str(exc)) from None
 
 
+def log_format(environ) -> str:
+    """The agent's log line: with a timestamp, unless stderr goes to systemd's journal, which adds its own."""
+    plain = "%(levelname)s %(threadName)s %(name)s: %(message)s"
+    return plain if _stderr_is_the_journal(environ) else "%(asctime)s " + plain
+
+
+def _stderr_is_the_journal(environ) -> bool:
+    """What systemd documents: $JOURNAL_STREAM names the device and inode of the stream it connected."""
+    device, _, inode = environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        stat = os.fstat(2)
+    except OSError:
+        return False
+    return f"{stat.st_dev}:{stat.st_ino}" == f"{device}:{inode}"
+
+
 def run(args) -> int:
     import logging
 
     from scanner.agent.service import Agent, StartupError
 
     config = load(args.config)
-    logging.basicConfig(level=args.log_level, format="%(levelname)s %(threadName)s %(name)s: %(message)s")
-    # kazoo logs every failed reconnect; the agent says once when ZooKeeper is lost and once when it is back.
-    logging.getLogger("scanner.metadata.zookeeper.kazoo").setLevel(logging.ERROR)
+    logging.basicConfig(level=args.log_level, format=log_format(os.environ))
+    # kazoo logs every failed reconnect, the store every lost connection (for one-shot commands); the agent
+    # says itself, once, when ZooKeeper is lost and when it is back.
+    logging.getLogger("scanner.metadata.zookeeper").setLevel(logging.ERROR)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         agent = Agent(config)

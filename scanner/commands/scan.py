@@ -21,15 +21,24 @@ Scan one bookie once, read-only, and report what BP-24 calls the three condition
 plus lost_entry (the index says the entry is here, its record is gone or cut: the most severe),
 damaged_entry_log (file-level damage) and orphan_ledger (informational: data of deleted ledgers).
 
-Exit status: 0 nothing but informational findings, 1 findings, 2 usage/configuration/metadata error.
+On a live bookie it gives way: it reads at most 50 MB/s (--rate) in the idle I/O scheduling class
+at a lower CPU priority (nice 10), as the agent does. On a copy of a bookie's disks, --full-speed
+reads as fast as the disks allow.
+
+Exit status: 0 nothing but informational findings, 1 findings, 2 usage/configuration/metadata error,
+70 unexpected error (a bug), 141 the output's reader went away (broken pipe).
 """
 
 EPILOG = """\
 examples:
   bookie-scanner scan --bookie-conf /opt/bookkeeper/conf/bk_server.conf
   bookie-scanner scan --bookie-conf bk_server.conf --metadata file:zk-dump.json --format json
-  bookie-scanner scan --bookie-conf bk_server.conf --ledger 1234 --rate 50000000
+  bookie-scanner scan --bookie-conf bk_server.conf --ledger 1234 --rate 20MB/s
+  bookie-scanner scan --ledger-dirs /mnt/copy/ledgers --metadata file:zk-dump.json --full-speed
 """
+
+DEFAULT_RATE = 50_000_000  # the agent's default per ledger dir
+GUEST_NICENESS = 10  # as the systemd unit runs the agent
 
 
 def register(subparsers) -> None:
@@ -43,8 +52,7 @@ def register(subparsers) -> None:
                         help="check only this ledger (repeatable); its entry logs are verified too")
     narrow.add_argument("--entry-log", metavar="ID", type=values.entry_log_id, action="append",
                         help="verify only this entry log: 26, 0x1a or 1a.log (repeatable)")
-    parser.add_argument("--rate", metavar="BYTES_PER_SEC", type=values.rate,
-                        help="read at most this many bytes per second (default: unlimited)")
+    add_speed_options(parser)
     parser.add_argument("--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
                         help="ledger dirs scanned at once, each in a process of its own (default: the number of "
                              "CPUs; a bookie with one ledger dir is scanned by one process)")
@@ -72,6 +80,7 @@ def run(args) -> int:
 
     if args.jobs < 1:
         raise UsageError(f"--jobs must be 1 or more, got {args.jobs}")
+    rate = reading_rate(args)
     if args.marks_per_second < 0:
         raise UsageError(f"--marks-per-second must be 0 (unlimited) or more, got {args.marks_per_second:g}")
     layout = bookie_layout(args)
@@ -84,9 +93,9 @@ def run(args) -> int:
         with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
                 open_bookie(layout, work_dir=work_dir) as storage:
             check_narrowing(storage, store, args.ledger, args.entry_log)
-            parallel = ParallelDirs(metadata_uri(args, layout), args.jobs, args.rate)
+            parallel = ParallelDirs(metadata_uri(args, layout), args.jobs, rate)
             report = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger,
-                                 entry_logs=args.entry_log, pacer=Pacer(bytes_per_second=args.rate),
+                                 entry_logs=args.entry_log, pacer=Pacer(bytes_per_second=rate),
                                  progress=ProgressLine(), scratch=Path(work_dir), parallel=parallel)
         report.name_ledgers(store)
         repair = None
@@ -113,6 +122,39 @@ def run(args) -> int:
 
             sys.stdout.write(repair_text(repair))
     return report.exit_status
+
+
+def add_speed_options(parser: argparse.ArgumentParser) -> None:
+    """``--rate`` (with a safe default for a live bookie) or ``--full-speed`` (for a copy)."""
+    speed = parser.add_mutually_exclusive_group()
+    speed.add_argument("--rate", metavar="BYTES_PER_SEC", type=values.rate, default=DEFAULT_RATE,
+                       help="read at most this much per second, the whole scan: 50M, 50MB/s, 48MiB, 50000000 "
+                            "(default: 50MB/s, in the idle I/O class, at nice 10)")
+    speed.add_argument("--full-speed", action="store_true",
+                       help="read as fast as the disks allow, at normal I/O and CPU priority: for a copy of a "
+                            "bookie's disks, not a live bookie")
+
+
+def reading_rate(args) -> int | None:
+    """The rate the speed options give (None: unlimited); unless --full-speed, this process gives way first."""
+    if args.full_speed:
+        return None
+    give_way()
+    return args.rate
+
+
+def give_way() -> None:
+    """A guest on a live bookie's host: the idle I/O class and nice 10, for this process and those it starts.
+
+    Set before any thread or process starts (they inherit both); a host that refuses says so on stderr.
+    """
+    from throttle import use_idle_io_class
+
+    refused = use_idle_io_class()
+    if refused is not None:
+        print(f"bookie-scanner: reading at normal I/O priority ({refused})", file=sys.stderr)
+    if os.getpriority(os.PRIO_PROCESS, 0) < GUEST_NICENESS:
+        os.setpriority(os.PRIO_PROCESS, 0, GUEST_NICENESS)
 
 
 def check_narrowing(storage, store, ledgers: list[int] | None, entry_logs: list[int] | None) -> None:

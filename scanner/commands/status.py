@@ -71,15 +71,15 @@ def health_text(health: dict) -> str:
     if marks["enabled"]:
         tracked = ", ".join(f"{k} {v}" for k, v in marks["tracked"].items()) or "none"
         lines.append(f"  marks          {marks['awaiting']} awaiting, {marks['filed']} filed since start; followed: {tracked}")
-    lines.extend(_repair_lines(health["repair"]))
+    lines.extend(repair_lines(health["repair"]))
     for scanner in health["scanners"]:
         lines.extend(_scanner_lines(scanner))
     return "\n".join(lines) + "\n"
 
 
-def _repair_lines(repair: dict) -> list[str]:
+def repair_lines(repair: dict) -> list[str]:
     """Where each damaged ledger is in the repair loop, and since when; the ones that ended lately."""
-    from scanner.agent.units import duration_text
+    from scanner.units import duration_text
 
     def ago(ms: int) -> str:
         return duration_text(max(0.0, time.time() - ms / 1000)) + " ago"
@@ -101,7 +101,7 @@ def _repair_lines(repair: dict) -> list[str]:
 
 
 def _scanner_lines(scanner: dict) -> list[str]:
-    from scanner.agent.units import duration_text, moment_text, rate_text
+    from scanner.units import duration_text, moment_text, rate_text
 
     rate = rate_text(scanner["bytes_per_second"])
     if scanner.get("next_pass_at") is not None:

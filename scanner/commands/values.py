@@ -1,4 +1,4 @@
-"""Argument types shared by the commands: ids and rates as BookKeeper spells them, checked at parse time."""
+"""Argument types shared by the commands: ids as BookKeeper spells them, rates with units, checked at parse time."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import re
 
 from scanner.metadata.ledger import MAX_LEDGER_ID  # ledger ids are non-negative Java longs
+from scanner.units import parse_quantity
 
 MAX_ENTRY_LOG_ID = 2**32 - 1  # entry log ids are ints, written in hex as file names
 
@@ -34,11 +35,19 @@ def entry_log_id(text: str) -> int:
 
 
 def rate(text: str) -> int:
-    """Bytes per second: a positive integer."""
+    """Bytes per second, more than 0: ``50000000``, ``50M``, ``50MB/s``, ``48MiB``."""
     try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"rate {text!r}: expected a whole number of bytes per second") from None
+        value = int(parse_quantity(text, "B"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"rate {exc}") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"rate {text}: expected more than 0 bytes per second (omit it: unlimited)")
+        raise argparse.ArgumentTypeError(f"rate {text}: expected at least 1 byte per second")
     return value
+
+
+def per_second(text: str) -> float:
+    """A count per second, 0 or more (0: unlimited): ``50``, ``2.5``, ``10k``."""
+    try:
+        return parse_quantity(text, "")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -30,6 +30,7 @@ from scanner.metadata.store import MetadataStore, check_root
 DEFAULT_LEDGERS_ROOT = "/ledgers"
 DEFAULT_ZK_PORT = 2181
 _HOST_PORT = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(?::(?P<port>[0-9]{1,5}))?")
+_CREDENTIALS = re.compile(r"(://[^/:@]*:)[^/]*@")  # the password of zk://user:password@hosts/...
 _FORMS = "zk://HOST:PORT/ROOT, zk+hierarchical://H1:P1;H2:P2/ROOT, metadata-store:zk:HOST:PORT or file:DUMP.json"
 PULSAR_SCHEME = "metadata-store:"
 _PULSAR_UNSUPPORTED = ("etcd:", "oxia:", "rocksdb:", "memory:", "local-memory:")
@@ -47,23 +48,28 @@ class ZooKeeperTarget:
     auth: tuple[str, str] | None
 
 
+def redacted(uri: str) -> str:
+    """``uri`` with the password of its ``user:password@`` (if any) replaced by ``***``: fit for a message or a log."""
+    return _CREDENTIALS.sub(r"\g<1>***@", uri)
+
+
 def parse_zookeeper_uri(uri: str) -> ZooKeeperTarget:
     """Split a ``zk[+manager]://[user:pass@]hosts/root`` URI; MetadataUriError if malformed."""
     scheme, sep, rest = uri.partition("://")
     if not sep:
-        raise MetadataUriError(f"metadata URI {uri!r}: expected {_FORMS}")
+        raise MetadataUriError(f"metadata URI {redacted(uri)!r}: expected {_FORMS}")
     kind, _, manager_name = scheme.lower().partition("+")
     if kind != "zk":
-        raise MetadataUriError(f"metadata URI {uri!r}: unknown scheme {scheme!r}; expected {_FORMS}")
+        raise MetadataUriError(f"metadata URI {redacted(uri)!r}: unknown scheme {scheme!r}; expected {_FORMS}")
     manager = _manager(manager_name, uri)
     authority, slash, path = rest.partition("/")
     if not slash or not path:
-        raise MetadataUriError(f"metadata URI {uri!r}: no ledgers root path (e.g. /ledgers) after the hosts")
+        raise MetadataUriError(f"metadata URI {redacted(uri)!r}: no ledgers root path (e.g. /ledgers) after the hosts")
     root = "/" + urllib.parse.unquote(path).rstrip("/")
     try:
         check_root(root)
     except ValueError as exc:
-        raise MetadataUriError(f"metadata URI {uri!r}: {exc}") from None
+        raise MetadataUriError(f"metadata URI {redacted(uri)!r}: {exc}") from None
     credentials, at, hosts = authority.rpartition("@")
     auth = _credentials(credentials, uri) if at else None
     return ZooKeeperTarget(_connect_string(hosts, uri), root, manager, auth)
@@ -77,14 +83,14 @@ def _manager(name: str, uri: str) -> LedgerManager | None:
     except ValueError:
         known = ", ".join(m.value for m in LedgerManager)
         raise MetadataUriError(
-            f"metadata URI {uri!r}: ledger manager {name!r} is not one the scanner reads ({known}, null)"
+            f"metadata URI {redacted(uri)!r}: ledger manager {name!r} is not one the scanner reads ({known}, null)"
         ) from None
 
 
 def _credentials(credentials: str, uri: str) -> tuple[str, str]:
     user, colon, password = credentials.partition(":")
     if not colon or not user:
-        raise MetadataUriError(f"metadata URI {uri!r}: credentials must be user:password@")
+        raise MetadataUriError(f"metadata URI {redacted(uri)!r}: credentials must be user:password@")
     return urllib.parse.unquote(user), urllib.parse.unquote(password)
 
 
@@ -94,7 +100,7 @@ def _connect_string(hosts: str, uri: str) -> str:
         match = _HOST_PORT.fullmatch(item)
         port = int(match["port"]) if match and match["port"] else DEFAULT_ZK_PORT
         if not match or not 0 < port < 65536:
-            raise MetadataUriError(f"metadata URI {uri!r}: {item!r} is not host[:port]")
+            raise MetadataUriError(f"metadata URI {redacted(uri)!r}: {item!r} is not host[:port]")
         servers.append(f"{match['host']}:{port}")
     return ",".join(servers)
 
@@ -125,7 +131,7 @@ def dump_path(uri: str) -> str:
     """The path a ``file:`` metadata URI names; MetadataUriError if it names none."""
     path = uri[len("file://") :] if uri.startswith("file://") else uri[len("file:") :]
     if not path:
-        raise MetadataUriError(f"metadata URI {uri!r}: expected file:PATH")
+        raise MetadataUriError(f"metadata URI {redacted(uri)!r}: expected file:PATH")
     return urllib.parse.unquote(path)
 
 
@@ -134,12 +140,12 @@ def pulsar_store_as_zk_uri(uri: str) -> str:
     store_url = uri[len(PULSAR_SCHEME):].partition("?")[0]
     if store_url.lower().startswith(_PULSAR_UNSUPPORTED):
         kind = store_url.split(":", 1)[0]
-        raise MetadataUriError(f"metadata URI {uri!r}: Pulsar's {kind} metadata store is not supported; "
+        raise MetadataUriError(f"metadata URI {redacted(uri)!r}: Pulsar's {kind} metadata store is not supported; "
                                "the scanner reads ledger metadata from ZooKeeper only")
     hosts = store_url[len("zk:"):] if store_url.lower().startswith("zk:") else store_url
     hosts = hosts.removeprefix("//")
     if not hosts:
-        raise MetadataUriError(f"metadata URI {uri!r}: expected metadata-store:zk:HOST:PORT[,HOST:PORT][/CHROOT]")
+        raise MetadataUriError(f"metadata URI {redacted(uri)!r}: expected metadata-store:zk:HOST:PORT[,HOST:PORT][/CHROOT]")
     authority, _, chroot = hosts.partition("/")
     chroot = chroot.strip("/")
     return f"zk://{authority}{'/' + chroot if chroot else ''}{DEFAULT_LEDGERS_ROOT}"

@@ -1,14 +1,19 @@
 """The metadata store backed by a live ZooKeeper ensemble (kazoo), read-only.
 
-Connection attempts and reads are retried with exponential back-off; when ZooKeeper does
-not answer within the connect timeout, or refuses us, the store raises MetadataUnavailable
-with one line. The kazoo client is exposed as ``client`` for code that must write (repair).
+Connection attempts and reads are retried with exponential back-off. A read rides out an outage
+(a leader election, a restarted server) for up to the session timeout, and the store says on
+stderr (a WARNING of this module's logger) when the connection is lost and when it is back, so a
+long scan keeps what it did instead of dying after a few seconds of retries. When ZooKeeper does
+not answer within the connect timeout at start, or for a read within the session timeout, or
+refuses us, the store raises MetadataUnavailable with one line. The kazoo client is exposed as
+``client`` for code that must write (repair).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 
 from kazoo.client import KazooClient
@@ -22,6 +27,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from scanner.metadata.ledger_paths import LAYOUT_NODE, LedgerManager
@@ -30,13 +36,15 @@ from scanner.metadata.store import MetadataStore, MetadataUnavailable, ZNode, ch
 # kazoo's chatter (every failed connection attempt) goes here; silent unless the application logs.
 _KAZOO_LOG = logging.getLogger(__name__ + ".kazoo")
 _KAZOO_LOG.addHandler(logging.NullHandler())
+log = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_SESSION_TIMEOUT = 30.0
 
 
 def _retry_policy() -> KazooRetry:
-    return KazooRetry(max_tries=5, delay=0.1, backoff=2, max_delay=2.0, ignore_expire=False)
+    """Retry a read until ZooKeeper answers again, for as long as a session outlives a lost connection."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0, deadline=DEFAULT_SESSION_TIMEOUT)
 
 
 class ZooKeeperStore(MetadataStore):
@@ -68,6 +76,9 @@ class ZooKeeperStore(MetadataStore):
             auth_data=[("digest", f"{auth[0]}:{auth[1]}")] if auth else None,
             logger=_KAZOO_LOG,
         )
+        self._lost_at: float | None = None
+        self._closing = False
+        self.client.add_listener(self._on_state)
         try:
             self.client.start(timeout=connect_timeout)
         except KazooTimeoutError:
@@ -82,6 +93,19 @@ class ZooKeeperStore(MetadataStore):
         except BaseException:
             self.close()
             raise
+
+    def _on_state(self, state) -> None:
+        """A connection lost, then back: one line each (kazoo's thread; nothing here may block)."""
+        if self._closing:
+            return
+        if state == KazooState.CONNECTED:
+            if self._lost_at is not None:
+                log.warning("%s: connected again after %.0fs", self._where, time.monotonic() - self._lost_at)
+                self._lost_at = None
+        elif self._lost_at is None:  # SUSPENDED (connection lost) or LOST (session expired)
+            self._lost_at = time.monotonic()
+            log.warning("%s: connection lost; reads wait up to %gs for it to come back (what was done so far is "
+                        "kept)", self._where, DEFAULT_SESSION_TIMEOUT)
 
     def node(self, path: str) -> ZNode | None:
         with self._read_errors(path):
@@ -111,6 +135,9 @@ class ZooKeeperStore(MetadataStore):
                 except NoNodeError:
                     found.append(None)
                     continue
+                except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError):
+                    found.append(self.node(path))  # the connection went: this read waits for it, retrying
+                    continue
             found.append(ZNode(path, data, stat.ephemeralOwner != 0, stat.mzxid, stat.version, stat.ctime))
         return found
 
@@ -136,5 +163,6 @@ class ZooKeeperStore(MetadataStore):
             raise MetadataUnavailable(f"{self._where}: reading {path} failed: {type(exc).__name__}") from None
 
     def close(self) -> None:
+        self._closing = True
         self.client.stop()
         self.client.close()

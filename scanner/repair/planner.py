@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from scanner.checks.findings import Category, EntryRanges, Finding
+from scanner.checks.findings import Category, EntryRanges, Finding, merge_ranges
 from scanner.metadata.ledger import Fragment, LedgerMetadata
 
 
@@ -115,14 +115,3 @@ def _clip(fragment: Fragment, first: int, last: int) -> tuple[int, int] | None:
 def _holds_any(fragment: Fragment, index: int, first: int, last: int) -> bool:
     # Placement repeats every ensemble-size entries, so one period decides.
     return any(fragment.holds(index, e) for e in range(first, min(last, first + fragment.ensemble_size - 1) + 1))
-
-
-def merge_ranges(ranges: Iterable[tuple[int, int]]) -> EntryRanges:
-    """Sorted, disjoint ranges covering ``ranges`` (which may overlap or touch)."""
-    out: list[tuple[int, int]] = []
-    for first, last in sorted(ranges):
-        if out and first <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], last))
-        else:
-            out.append((first, last))
-    return tuple(out)

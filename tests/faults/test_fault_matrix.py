@@ -288,7 +288,7 @@ def test_an_index_rocksdb_that_cannot_open_is_an_unreadable_index_finding(capsys
     model = pristine(bookie, capsys)
     copy = copy_ledger_dir(model.ledger_dir, tmp_path / "ledgers")
     (copy / "current" / "locations" / "CURRENT").write_text("MANIFEST-999999\n")  # names a manifest that is gone
-    assert main(["scan", *model.scan_args(copy), "--format", "json"]) == 1
+    assert main(["scan", "--full-speed", *model.scan_args(copy), "--format", "json"]) == 1
     report = json.loads(capsys.readouterr().out)
     [unreadable] = [f for f in report["findings"] if f["category"] == "unreadable_index"]
     assert "locations" in unreadable["detail"] and "MANIFEST-999999" in unreadable["detail"]

@@ -1,6 +1,7 @@
-"""Fuzzing what the agent reads back: its state files (cursors, suspects, findings, the suspect inbox)
-and the bodies of ``POST /suspects``. A damaged state file is logged and replaced by a fresh state;
-a bad body is one ValueError (a 400); nothing else escapes."""
+"""Fuzzing what the agent reads back: its state files (cursors, suspects, the findings database and the
+findings file of earlier versions, the suspect inbox) and the bodies of ``POST /suspects``. A damaged
+state file is logged and replaced by a fresh state; a bad body is one ValueError (a 400); nothing else
+escapes."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from fuzz.budget import bounded_memory, file_holding, fuzz_settings
 from scanner.agent.cursor import Cursor, load_cursor
 from scanner.agent.endpoint import suspect_items
-from scanner.agent.findingbook import FINDINGS_FILE, FindingBook
+from scanner.agent.findingbook import DATABASE_FILE, LEGACY_FILE, FindingBook
 from scanner.agent.suspects import INBOX_FILE, STATE_FILE, SuspectQueue, parse_suspect
 from scanner.statefile import DamagedStateFile, read_json
 
@@ -80,10 +81,20 @@ def test_suspect_queue_and_inbox_loaders(queue, inbox):
 
 
 @fuzz_settings()
-@given(data=state_files(findings_like))
-def test_finding_book_loader(data):
-    with file_holding(data, FINDINGS_FILE) as path, bounded_memory():
-        FindingBook(path.parent)
+@given(legacy=state_files(findings_like), database=st.one_of(st.binary(max_size=200), st.just(b"SQLite format 3\x00")))
+def test_finding_book_loader(legacy, database):
+    """A damaged database is moved aside and a fresh one begun; a damaged record of an earlier version is skipped."""
+    with tempfile.TemporaryDirectory() as scratch:
+        state_dir = Path(scratch)
+        (state_dir / LEGACY_FILE).write_bytes(legacy)
+        (state_dir / DATABASE_FILE).write_bytes(database)
+        with bounded_memory():
+            book = FindingBook(state_dir, [LEDGER_DIR])
+        try:
+            assert all(count > 0 for count in book.counts().values())
+            assert not (state_dir / LEGACY_FILE).exists()
+        finally:
+            book.close()
 
 
 @fuzz_settings()

@@ -18,7 +18,6 @@ is the hour-long run.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
@@ -32,7 +31,7 @@ from scanner.storage.bookie import open_bookie
 from scanner.storage.entrylog import EntryLog
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
-from test_agent_service import AgentProcess, wait_for
+from test_agent_service import AgentProcess, book_entries, wait_for
 
 SECONDS = int(os.environ.get("LIVE_SECONDS", "45"))
 FLUSHING_SECONDS = 10
@@ -43,7 +42,7 @@ def _agent_config(tmp_path: Path, bookie, metadata_uri: str) -> Path:
     state = tmp_path / f"state-{bookie.name}"
     text = (f'[bookie]\nconf = "{bookie.conf}"\nlog_files = ["{bookie.log}"]\n'
             f'[metadata]\nuri = "{metadata_uri}"\n'
-            f'[agent]\nstate_dir = "{state}"\nlisten = "127.0.0.1:0"\ncheckpoint_seconds = 1\n'
+            f'[agent]\nstate_dir = "{state}"\nlisten = "127.0.0.1:0"\ncheckpoint_seconds = 1\nstart_jitter_minutes = 0\n'
             f'period_days = {10 / 86400}\n'
             f'[throttle]\nbytes_per_second = 50000000\ndisk_backoff = false\n'
             f'[repair]\nmark = true\n')
@@ -53,8 +52,7 @@ def _agent_config(tmp_path: Path, bookie, metadata_uri: str) -> Path:
 
 
 def _findings(state_dir: Path) -> list[dict]:
-    book = json.loads((state_dir / "findings.json").read_text()) if (state_dir / "findings.json").exists() else {}
-    return [v["finding"] for v in book.get("known", {}).values()]
+    return [v["finding"] for v in book_entries(state_dir)]
 
 
 def _entries(finding: dict) -> set[int]:

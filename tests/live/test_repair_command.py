@@ -20,6 +20,7 @@ from scanner.metadata.uri import open_metadata
 from scanner.storage.bookie import open_bookie
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.layout import discover_layout
+from test_agent_service import leaked
 
 PAYLOAD_AT = 100  # the byte flipped, counted from the start of the payload
 
@@ -100,3 +101,6 @@ def test_repair_moves_a_rotten_copy_away_and_leaves_the_writers_bad_bytes_alone(
         assert attempt["outcome"] == "no_good_copy" and "write_path" in attempt["detail"], attempt
         with open_metadata(cluster.metadata_uri) as store:
             assert store.ledger(b.ledger_id).segments == before[b.ledger_id]
+        # The copies were added with the ledgers' master keys; neither they nor the passwords are journaled or shown.
+        shown = (state / "repairs.jsonl").read_text() + json.dumps([dry, moved, left])
+        assert leaked(shown, [a.password, b.password]) == []

@@ -1,0 +1,52 @@
+"""A fleet does not scan in step: each agent start delays pass work at random, each period is jittered."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from scanner.agent.schedule import jittered_period
+from scanner.sample.sample_cluster import build_sample
+from test_agent_service import BOOKIE, AgentProcess, wait_for, write_config
+
+
+def test_a_jittered_period_stays_within_its_bounds_varies_and_keeps_its_mean():
+    periods = [jittered_period(1000.0, 0.5, f"bookie|/data/ledgers|{n}") for n in range(2000)]
+    assert all(500.0 <= p <= 1500.0 for p in periods)
+    assert min(periods) < 550 and max(periods) > 1450  # spread over the whole range
+    assert 970 < statistics.mean(periods) < 1030
+    assert jittered_period(1000.0, 0.5, "same seed") == jittered_period(1000.0, 0.5, "same seed")  # restart-stable
+    assert jittered_period(1000.0, 0.0, "any") == 1000.0
+
+
+@pytest.mark.slow
+def test_pass_work_waits_its_start_delay_suspects_do_not_and_the_next_pass_comes_a_jittered_period_later(tmp_path):
+    sample = build_sample(tmp_path / "sample")
+    state_dir = tmp_path / "state"
+    # A start delay drawn from up to 10 days: pass work does not begin while the test looks.
+    config = write_config(tmp_path, sample, f"file:{sample.dump}", start_jitter_minutes=10 * 24 * 60)
+    agent = AgentProcess(config, state_dir, tmp_path / "agent.err").start()
+    try:
+        agent.wait_ready()
+        scanner = agent.scanner()
+        assert scanner["phase"] == "starting" and scanner["ledgers_total"] == 0
+        assert f'bookie_scanner_waiting{{bookie="{BOOKIE}",ledger_dir="{sample.ledger_dir}"}} 1.0' in agent.metrics()
+        assert agent.post_suspect({"ledger": 2})["queued"] == 1
+        wait_for(lambda: agent.scanner()["suspects_scanned"] == 1, 30, "the suspect waited for the start delay")
+        assert agent.health()["findings"].get("corrupt_entry") == 1
+        scanner = agent.scanner()
+        assert scanner["phase"] == "starting" and scanner["ledgers_total"] == 0 and scanner["passes_completed"] == 0
+        assert agent.terminate() == 0
+
+        # Started again without a delay: the pass runs, and the next one is due a jittered period after it began.
+        write_config(tmp_path, sample, f"file:{sample.dump}", period_jitter=0.5)
+        agent.start().wait_ready()
+        scanner = wait_for(lambda: (s := agent.scanner())["phase"] == "waiting" and s, 30, "no pass finished")
+        period = jittered_period(86400.0, 0.5, f"{BOOKIE}|{sample.ledger_dir}|1")
+        assert period != 86400.0
+        assert scanner["next_pass_at"] == pytest.approx(scanner["pass_started"] + period)
+        assert agent.terminate() == 0
+    finally:
+        if agent.process.poll() is None:
+            agent.kill()
