@@ -197,10 +197,12 @@ def main() -> None:
                         help="also on a standalone cluster: 1 worker x 1 core, then 2 workers x 1 core")
     parser.add_argument("--no-local", action="store_true", help="skip the local[2] runs")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each audit; the fastest counts")
-    parser.add_argument("--dir", default=None, help="where to create the temporary directory")
+    parser.add_argument("--dir", type=Path, default=None, help="where to create the temporary directory (made if missing)")
     args = parser.parse_args()
     sizes = [int(float(size)) for size in args.sizes.split(",")]
     environment = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix="bench-audit-", dir=args.dir))
     print(f"{args.ledgers:,} ledgers, E=Wq={QUORUM}, {len(BOOKIES)} bookies, {QUORUM * args.ledgers:,} export rows; "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
