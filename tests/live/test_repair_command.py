@@ -38,6 +38,30 @@ def flip_payload(bookie, ledger_id: int, entry_id: int, digest_length: int) -> N
         log.write(bytes([byte ^ 0xFF]))
 
 
+def _two_flushed_ledgers(cluster, bookie):
+    """Two closed ledgers on ``bookie`` (one segment, a digest that can be checked), B of write quorum 3, written
+    before a later writer rotated the logs past them (so they are flushed). The writer makes one such ledger
+    of write quorum 3 in four and deletes about half of what it made: on a busy machine a short run can leave
+    none, so the writers go on, a few seconds at a time, until there are two."""
+    cluster.write(seconds=12)
+    cluster.wait_for_writer()
+    with open_metadata(cluster.metadata_uri) as store:
+        written = set(store.ledger_ids())
+    for seed in (3, 5, 7, 9):
+        cluster.write(seconds=6, seed=seed)  # rotates the logs past the ledgers written so far
+        cluster.wait_for_writer()
+        with open_metadata(cluster.metadata_uri) as store:
+            ledgers = [m for m in map(store.ledger, sorted(written)) if m is not None]
+            mine = [m for m in ledgers if m.is_closed and m.digest_type is not DigestType.DUMMY
+                    and len(m.segments) == 1 and bookie.bookie_id in m.segments[0][1] and m.last_entry_id > 20]
+            b = next((m for m in mine if m.write_quorum == 3), None)
+            a = next((m for m in mine if m is not b), None)
+            if a is not None and b is not None:
+                return a, b
+            written = set(store.ledger_ids())
+    raise AssertionError(f"the writers left no two closed ledgers on {bookie.name} to damage: {sorted(written)}")
+
+
 def run_json(capsys, *argv: str) -> tuple[int, dict]:
     status = main(list(argv) + ["--format", "json"])
     return status, json.loads(capsys.readouterr().out)
@@ -45,16 +69,8 @@ def run_json(capsys, *argv: str) -> tuple[int, dict]:
 
 def test_repair_moves_a_rotten_copy_away_and_leaves_the_writers_bad_bytes_alone(tmp_path, capsys):
     with LiveCluster(tmp_path / "bk", bookie_count=4) as cluster:
-        cluster.write(seconds=12)
-        cluster.wait_for_writer()
-        cluster.write(seconds=6, seed=3)  # rotates the logs past the first writer's ledgers: flushed
-        cluster.wait_for_writer()
         bookie2 = cluster.bookies[1]
-        with open_metadata(cluster.metadata_uri) as store:
-            ledgers = [store.ledger(i) for i in sorted(store.ledger_ids())]
-        mine = [m for m in ledgers if m.is_closed and m.digest_type is not DigestType.DUMMY
-                and len(m.segments) == 1 and bookie2.bookie_id in m.segments[0][1] and m.last_entry_id > 20]
-        a, b = mine[0], next(m for m in mine[1:] if m.write_quorum == 3)
+        a, b = _two_flushed_ledgers(cluster, bookie2)
         index = a.segments[0][1].index(bookie2.bookie_id)
         rot = next(e for e in range(5, a.last_entry_id) if (index - e) % 3 < a.write_quorum)
         digest = DigestVerifier(a.digest_type, a.password).digest_length
