@@ -14,8 +14,9 @@ from scanner.cli import main
 from scanner.commands.status import repair_lines
 from scanner.metadata.zookeeper import ZooKeeperStore
 from scanner.repair.filer import MarkFiler
-from scanner.repair.followup import STATE_FILE, FollowUp, Stage, expand_command
+from scanner.repair.followup import STATE_FILE, FollowUp, Stage, escalate_now, expand_command
 from scanner.repair.marks import UnderreplicationMarks, mark_path
+from scanner.repair.rereplicate import Outcome
 from scanner.scan.targeted import BookieScanner
 from scanner.statefile import read_json
 from scanner.storage.bookie import open_bookie
@@ -191,7 +192,14 @@ def corrupt_at_8(ledger_id):
     return [Finding(Category.CORRUPT_ENTRY, ledger_id, ((8, 8),), 0, 406576, "digest mismatch")]
 
 
-def test_a_move_that_cannot_be_made_is_escalated_at_once_and_tried_again_later(zk_client, cluster, tmp_path):
+def test_no_good_copy_is_for_the_operator_at_once_no_bookie_to_go_to_and_failures_when_they_last():
+    assert escalate_now(Outcome.NO_GOOD_COPY, 1)  # waiting will not bring a verified copy
+    for outcome in (Outcome.NO_TARGET, Outcome.FAILED):  # a bookie restarting, a ZooKeeper election
+        assert [escalate_now(outcome, n) for n in (1, 2, 3, 4)] == [False, False, True, True]
+
+
+def test_a_move_with_no_bookie_to_go_to_is_escalated_on_its_third_try_and_tried_again_later(zk_client, cluster,
+                                                                                           tmp_path):
     from scanner.repair.planner import plan_repairs
 
     chroot, store = cluster
@@ -204,24 +212,31 @@ def test_a_move_that_cannot_be_made_is_escalated_at_once_and_tried_again_later(z
     # No bookie is registered at all: nowhere to move the fragment to.
     baseline = escalations()
     first = follow.run_cycle(store, corrupt_at_8)
-    assert first.escalated == [LEDGER] and [f.category for f in first.findings] == [Category.UNREPAIRED]
-    assert "no writable bookie outside the ensemble" in first.findings[0].detail
-    assert escalations() == baseline + 1 and calls.read_text().splitlines() == [json.dumps([str(LEDGER)])]
+    assert first.escalated == [] and first.findings == [] and not calls.exists()  # not yet: a bookie may be restarting
     assert marks.get(LEDGER).replicas == (follow.bookie_id,)  # left marked: the cluster is under-replicated
     record = follow.tracked[LEDGER]
-    assert record.stage is Stage.ESCALATED and record.failures == 1
-    assert [e.what for e in record.events] == ["found", "marked", "failed", "escalated", "command"]
+    assert record.stage is Stage.MARKED and record.failures == 1
+    assert [e.what for e in record.events] == ["found", "marked", "failed"]
+    assert "no writable bookie outside the ensemble" in record.events[-1].detail
 
     assert follow.run_cycle(store, corrupt_at_8).to_json()["findings"] == []  # not due yet: nothing tried
     clock.now += 31
+    assert follow.run_cycle(store, corrupt_at_8).escalated == [] and follow.tracked[LEDGER].failures == 2
+    clock.now += 61
+    third = follow.run_cycle(store, corrupt_at_8)
+    assert third.escalated == [LEDGER] and [f.category for f in third.findings] == [Category.UNREPAIRED]
+    assert "no writable bookie outside the ensemble" in third.findings[0].detail
+    assert escalations() == baseline + 1 and calls.read_text().splitlines() == [json.dumps([str(LEDGER)])]
+    assert [e.what for e in follow.tracked[LEDGER].events][-3:] == ["failed", "escalated", "command"]
+    clock.now += 121
     again = follow.run_cycle(store, corrupt_at_8)
-    assert again.escalated == [] and follow.tracked[LEDGER].failures == 2  # tried, told the operator once only
+    assert again.escalated == [] and follow.tracked[LEDGER].failures == 4  # tried, told the operator once only
     assert len(calls.read_text().splitlines()) == 1 and escalations() == baseline + 1
-    assert follow.tracked[LEDGER].next_try_ms == int(clock.now * 1000) + 60_000  # backing off
+    assert follow.tracked[LEDGER].next_try_ms == int(clock.now * 1000) + 240_000  # backing off
 
     report = follow.report()
     (row,) = report["following"]
-    assert (row["ledger_id"], row["stage"], row["failures"]) == (LEDGER, "escalated", 2)
+    assert (row["ledger_id"], row["stage"], row["failures"]) == (LEDGER, "escalated", 4)
     assert row["since_ms"] == 1_800_000_000_000 and row["stage_since_ms"] == int(clock.now * 1000)
     shown = repair_lines(report)  # what `status` prints of it
     assert shown[0] == "  repairing      1 damaged ledgers"
@@ -230,14 +245,14 @@ def test_a_move_that_cannot_be_made_is_escalated_at_once_and_tried_again_later(z
     # The ledger deleted: the follow-up ends, the mark goes, the history stays in the report a while.
     s = f"{LEDGER:010d}"
     zk_client.delete(f"{chroot}/ledgers/{s[:2]}/{s[2:6]}/L{s[6:]}")
-    clock.now += 61
+    clock.now += 241
     ended = follow.run_cycle(store, corrupt_at_8)
     assert ended.ended == {LEDGER: "ledger deleted"} and marks.get(LEDGER) is None
     reloaded = FollowUp(state_dir, follow.filer, rereplicator=follow.rereplicator, clock=clock)
     assert reloaded.tracked == {} and [e["ledger_id"] for e in reloaded.report()["ended"]] == [LEDGER]
     assert reloaded.report()["ended"][0]["events"][-1]["what"] == "ended"
     assert repair_lines(reloaded.report())[-2:] == [
-        "  repaired       1 lately", f"    ledger {LEDGER}: ended 00:00:00 ago, 00:01:32 after it was found: ledger deleted"]
+        "  repaired       1 lately", f"    ledger {LEDGER}: ended 00:00:00 ago, 00:07:34 after it was found: ledger deleted"]
 
 
 def test_failed_moves_are_escalated_after_three_tries(zk_client, cluster, tmp_path):

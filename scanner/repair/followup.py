@@ -10,9 +10,10 @@ the ledger's under-replication lock so a ReplicationWorker never works on it at 
 ReplicationWorker reads a few entries per fragment without verifying digests, so a readable corrupt
 copy passes its check and it would clear the mark without changing anything. Before a move the
 ledger is re-verified on this bookie; a ledger deleted, moved on by someone else, or whose damage is
-gone ends the follow-up. A move that cannot be made (no bookie to move to, no verified copy
-anywhere) is escalated at once, one that keeps failing after ``ESCALATE_AFTER_FAILURES`` tries;
-both are tried again, at growing intervals (``RETRY_SECONDS``), and a later success still ends the follow-up.
+gone ends the follow-up. A move with no verified copy anywhere is escalated at once; one with no
+bookie to move to (often one of them restarting) or that fails is escalated after
+``ESCALATE_AFTER_FAILURES`` tries in a row (``escalate_now``); all are tried again, at growing intervals
+(``RETRY_SECONDS``), and a later success still ends the follow-up.
 
 Without re-replication, marks are left to the workers: is the mark still there (pending)? If it is
 gone, is the damage still on this bookie, in entries the fresh metadata still assigns here? Then
@@ -51,10 +52,22 @@ DEFAULT_COMMAND_TIMEOUT = 600.0
 OUTPUT_TAIL = 2000
 RETRY_SECONDS = (30.0, 600.0)  # a move that failed, or could not be made, is tried again: first after, at most after
 BUSY_SECONDS = 10.0  # another repairer holds the ledger's lock: ask again after this
-ESCALATE_AFTER_FAILURES = 3  # failed moves (a bookie down, ZooKeeper trouble) before the operator is told
+ESCALATE_AFTER_FAILURES = 3  # moves failed or without a bookie to go to (a bookie down or restarting,
+# ZooKeeper trouble) before the operator is told: the third try comes 90 s after the first
 EVENTS_KEPT = 20  # the newest events of each ledger's history
 ENDED_KEPT = 200  # ended follow-ups kept for the repair report, newest first
 REPORT_ROWS = 100  # rows of each kind the report shows
+
+
+def escalate_now(outcome: Outcome, failures: int) -> bool:
+    """Whether a move that did not happen, the ``failures``-th in a row, is for the operator now.
+
+    No verified copy anywhere will not come by waiting: at once. No bookie to move to, or a move that
+    failed, is what a bookie restarting or a ZooKeeper election looks like for a while: only when it
+    lasts (``ESCALATE_AFTER_FAILURES`` in a row), so a bookie's restart pages no one.
+    """
+    return outcome is Outcome.NO_GOOD_COPY or failures >= ESCALATE_AFTER_FAILURES
+
 
 UNREPAIRED = Counter("bookie_scanner_unrepaired_ledgers",
                      "Times a cleared under-replication mark left this bookie's damaged copy in place")
@@ -364,12 +377,13 @@ class FollowUp:
             return
         failures = record.failures + 1
         retry = min(RETRY_SECONDS[1], RETRY_SECONDS[0] * 2 ** (failures - 1))
-        log.log(logging.ERROR if attempt.outcome is not Outcome.FAILED else logging.WARNING,
+        escalating = escalate_now(attempt.outcome, failures)
+        log.log(logging.ERROR if escalating else logging.WARNING,
                 "ledger %d: damaged copy on %s not moved (%s): %s; trying again in %gs", ledger_id, self.bookie_id,
                 attempt.outcome.value, attempt.detail, retry)
         record = self._update(record, now, "failed", f"{attempt.outcome.value}: {attempt.detail}", failures=failures,
                               next_try_ms=now + int(retry * 1000), entries=plan.entries)
-        if attempt.outcome is not Outcome.FAILED or failures >= ESCALATE_AFTER_FAILURES:
+        if escalating:
             report.findings.append(self._unrepaired(record, plan, f"it could not be moved to another bookie "
                                                                   f"({attempt.outcome.value}: {attempt.detail})"))
             if record.stage is not Stage.ESCALATED:

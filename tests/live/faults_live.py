@@ -13,7 +13,8 @@ Kinds, and what the scanner calls them:
   index_slot  one entry's index slot (.idx) or key (RocksDB) removed      missing_entry
   idx_file    a ledger's whole .idx file deleted (.idx storage only)      missing_ledger
   truncated   a rotated entry log cut in its last record                 lost_entry (+ damaged_entry_log)
-  zero_page   a 4 KiB page in the middle of a rotated log zeroed          lost/corrupt entries (+ damaged_entry_log)
+  zero_page   a 4 KiB page in the middle of a rotated log zeroed (not     lost/corrupt entries (+ damaged_entry_log)
+              its header's)
 """
 
 from __future__ import annotations
@@ -187,11 +188,19 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
 
 def _page_to_zero(held: list[_Record], metas: dict) -> tuple[int, list[_Record]] | None:
     """A page near the middle of a log whose records all have digests (a DUMMY ledger's zeroed payload
-    is invisible to every reader), and the records it touches (a record runs to the next one's length)."""
+    is invisible to every reader), and the records it touches (a record runs to the next one's length).
+
+    Never the first page: it holds the log's header, and a log whose header is zeroed loses every record at
+    the bookie's next garbage collection (it finds no ledgers map, its scan of the log finds no ledger, and it
+    deletes the log "as it has no active ledgers"), the records of ledgers no fault touched with it. Seen here
+    (the agent found and moved every such ledger); a fault of its own, not this one.
+    """
     spans = [(r.pos - 4, nxt.pos - 4, r) for r, nxt in zip(held, held[1:])]
     pages = []
     for _, _, record in spans:
         start = (record.pos - 4) // PAGE * PAGE
+        if start == 0:
+            continue
         hit = [r for lo, hi, r in spans if lo < start + PAGE and hi > start]
         if all(metas[r.ledger_id].digest_type.name != "DUMMY" for r in hit):
             pages.append((len({r.ledger_id for r in hit}), abs(start - spans[len(spans) // 2][0]), start, hit))
