@@ -56,24 +56,25 @@ FILL_BATCH = 1000  # znodes created per multi request
 MEASURE = """
 import glob, json, os, sys, threading, time
 from scanner.cli import main
+# VmHWM, not ru_maxrss: Linux carries a process's ru_maxrss over from the process it was forked from (the
+# bench, holding its generated data) across exec; VmHWM is the peak of that process's own memory
+def peak_kib(pid):  # 0 for a process gone, or without memory of its own any more
+    try:
+        hwm = [line for line in open(f"/proc/{pid}/status") if line.startswith("VmHWM")]
+    except OSError:
+        return 0
+    return int(hwm[0].split()[1]) if hwm else 0
 jvm_peak_kib = 0
 def watch_children():  # the JVM pyspark starts is never waited for, so wait4 cannot see its peak
     global jvm_peak_kib
     while True:
         for listing in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
             for child in open(listing).read().split():
-                try:
-                    hwm = [line for line in open(f"/proc/{child}/status") if line.startswith("VmHWM")]
-                except OSError:
-                    continue
-                jvm_peak_kib = max(jvm_peak_kib, int(hwm[0].split()[1]) if hwm else 0)
+                jvm_peak_kib = max(jvm_peak_kib, peak_kib(child))
         time.sleep(0.5)
 threading.Thread(target=watch_children, daemon=True).start()
 status = main(sys.argv[1:])
-# VmHWM, not ru_maxrss: Linux carries a process's ru_maxrss over from the process it was forked from (the
-# bench, holding its generated data) across exec; VmHWM is the peak of this program's own memory
-driver_peak_kib = int([line for line in open("/proc/self/status") if line.startswith("VmHWM")][0].split()[1])
-print(json.dumps({"status": status, "driver_rss_kib": driver_peak_kib,
+print(json.dumps({"status": status, "driver_rss_kib": peak_kib("self"),
                   "jvm_rss_kib": jvm_peak_kib}), file=sys.stderr)
 """
 
