@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from corpus import CORPUS
 from scanner.storage.bookie import BookieStorage, open_bookie
 from scanner.storage.entry import DIGEST_LENGTH, METADATA_LENGTH, DigestType, DigestVerifier, master_key
 from scanner.storage.entrylog import EntryLog, EntryLogError, TruncatedRecord
 from scanner.storage.layout import discover_layout
 from tree_state import snapshot
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real-bookkeeper-4.16.7"
 BOOKIES = {1: "interleaved", 2: "sorted", 3: "db", 4: "db"}
 CORRUPTED = {"bookie1-corrupted": 1, "bookie3-corrupted": 3}
 DIGEST_TYPES = {"CRC32": DigestType.CRC32, "CRC32C": DigestType.CRC32C, "MAC": DigestType.HMAC, "DUMMY": DigestType.DUMMY}

@@ -2,10 +2,10 @@
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 
+from corpus import CORPUS
 from scanner.audit.availability import SequenceGroup, merge_runs
 from scanner.audit.contract import (
     Category,
@@ -16,7 +16,6 @@ from scanner.audit.contract import (
 )
 from scanner.metadata.ledger import LedgerMetadata, LedgerState
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real-bookkeeper-4.16.7"
 A, B, C, D, X = "bk-a:3181", "bk-b:3181", "bk-c:3181", "bk-d:3181", "bk-x:3181"
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from corpus import CORPUS
 from scanner.scan.walker import walk_records
 from scanner.storage.entry import DIGEST_LENGTH, DigestType, DigestVerifier
 from scanner.storage.entrylog import BrokenLedgersMap, EntryLog, EntryLogError, MissingEntry, TruncatedRecord
 from scanner.storage.location import EntryLocation
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real-bookkeeper-4.16.7"
 BOOKIES = ["bookie1", "bookie2", "bookie3", "bookie4"]
 DIGEST_NAMES = {"CRC32": DigestType.CRC32, "CRC32C": DigestType.CRC32C, "MAC": DigestType.HMAC,
                 "DUMMY": DigestType.DUMMY}
