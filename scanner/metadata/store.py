@@ -36,15 +36,21 @@ class ZNode:
     mzxid: int
     version: int
     ctime: int | None  # ms since epoch; None when a dump did not record it
+    mtime: int | None = None  # ms since epoch of the last change (ZooKeeper's clock); None when not known
 
 
 @dataclass(frozen=True, slots=True)
 class LedgerRead:
-    """One ledger's metadata as read now: ``meta`` None means no such ledger, unless ``error`` says why not."""
+    """One ledger's metadata as read now: ``meta`` None means no such ledger, unless ``error`` says why not.
+
+    ``modified_ms``: when the metadata last changed after its creation (a close, an ensemble change), where the
+    store knows it; None for metadata never changed (as a writer creates it, or as a dump was loaded).
+    """
 
     ledger_id: int
     meta: LedgerMetadata | None
     error: MetadataFormatError | None = None
+    modified_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +116,7 @@ class MetadataStore(abc.ABC):
             except MetadataFormatError as exc:
                 reads.append(LedgerRead(ledger_id, None, exc))
                 continue
-            reads.append(LedgerRead(ledger_id, meta))
+            reads.append(LedgerRead(ledger_id, meta, modified_ms=node.mtime if node.version > 0 else None))
         return reads
 
     def ledger_ids(self) -> Iterator[int]:

@@ -120,6 +120,7 @@ class ZooKeeperStore(MetadataStore):
             mzxid=stat.mzxid,
             version=stat.version,
             ctime=stat.ctime,
+            mtime=stat.mtime,
         )
 
     def nodes(self, paths: list[str]) -> list[ZNode | None]:
@@ -138,7 +139,7 @@ class ZooKeeperStore(MetadataStore):
                 except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError):
                     found.append(self.node(path))  # the connection went: this read waits for it, retrying
                     continue
-            found.append(ZNode(path, data, stat.ephemeralOwner != 0, stat.mzxid, stat.version, stat.ctime))
+            found.append(ZNode(path, data, stat.ephemeralOwner != 0, stat.mzxid, stat.version, stat.ctime, stat.mtime))
         return found
 
     def children(self, path: str) -> list[str]:

@@ -12,7 +12,8 @@ read once front to back.
    since the last mark, a fresh index, the record at the location it names, the ledger's
    metadata): a race with a write, a flush, garbage collection or compaction is never a finding.
    An entry the index lacks but the journal holds after the bookie's last mark is acknowledged and
-   not yet flushed, not missing.
+   not yet flushed, not missing. A ledger whose metadata changed moments ago (closed once an ack quorum
+   had its last entries) is judged once the entries still on their way to this bookie have had time to come.
 
 The steps are public so the agent can pace, checkpoint and resume between them. Memory holds one
 batch of ledgers, one sorted run or one window of locations, the compact table and what is
@@ -24,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import struct
+import time
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -54,6 +56,10 @@ from scanner.storage.location import EntryLocation
 log = logging.getLogger(__name__)
 
 METADATA_BATCH = 500  # ledgers whose metadata is read in one pipelined round
+# A ledger closed by its writer once an ack quorum had its last entries can still be on its way to the other
+# bookies of its write sets: damage is judged only on metadata this old (a slow bookie lagged ~1 s on a
+# loaded machine).
+SETTLE_SECONDS = 15.0
 BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metadata is read
 _ENTRY_ID = struct.Struct(">8xq")  # a stored entry starts with its ledgerId, then its entryId
 
@@ -458,15 +464,18 @@ class BookiePass:
     # -- confirmation -------------------------------------------------------------------------
 
     def _confirm(self, ledgers: list[int], faults: dict[int, list[RecordFault]],
-                 with_index: set[int] = frozenset()) -> list[Finding]:
+                 with_index: set[int] = frozenset(), settled: bool = False) -> list[Finding]:
         """Judge ``ledgers`` again on the journal, a fresh index and the metadata as they are now.
 
         ``with_index``: ledgers whose conditions 1 and 2 are judged (on the index read now);
         ``faults``: records the walk found wrong, each re-read where the index points now.
+        A ledger whose metadata changed less than ``SETTLE_SECONDS`` ago is judged once that time has passed
+        (unless ``settled``): closed by an ack quorum, it may not have reached this bookie in full yet.
         """
         if not ledgers:
             return []
         findings: list[Finding] = []
+        unsettled: dict[int, float] = {}  # ledger -> when its metadata settles (time.time())
         # The journal first, the index after: an entry flushed in between is then found in the index.
         # Asked of the ledgers judged on the index and of those with records gone: the bookie may have
         # written an index page that points into its entry logger's buffer, not yet into the file.
@@ -475,8 +484,19 @@ class BookiePass:
         with self.reopen() as fresh, BookieScanner(fresh, self.store, self.bookie_id) as scanner:
             for start in range(0, len(ledgers), METADATA_BATCH):
                 for read in self.store.ledger_batch(ledgers[start:start + METADATA_BATCH]):
+                    settles_at = None if settled else _settles_at(read)
+                    if settles_at is not None:
+                        unsettled[read.ledger_id] = settles_at
+                        continue
                     findings.extend(self._confirm_ledger(scanner, read, faults.get(read.ledger_id, ()),
                                                          read.ledger_id in with_index, pending))
+        if unsettled:
+            wait = max(0.0, max(unsettled.values()) - time.time())
+            log.info("%d ledger(s) changed in the last %gs (first: %s): judged again in %.1fs, once what their "
+                     "writer's ack quorum did not wait for has arrived", len(unsettled), SETTLE_SECONDS,
+                     min(unsettled), wait)
+            time.sleep(wait)
+            findings.extend(self._confirm(sorted(unsettled), faults, with_index & unsettled.keys(), settled=True))
         return findings
 
     def _confirm_ledger(self, scanner: BookieScanner, read: LedgerRead, faults, with_index: bool,
@@ -573,3 +593,12 @@ def _next_batch(index: Iterator) -> list:
             break
     return batch
 
+
+def _settles_at(read: LedgerRead) -> float | None:
+    """When (``time.time()``) a ledger whose metadata changed less than ``SETTLE_SECONDS`` ago settles; None for
+    metadata older than that, or whose change time the store does not know (a dump)."""
+    if read.meta is None or read.modified_ms is None:
+        return None
+    settles_at = read.modified_ms / 1000 + SETTLE_SECONDS
+    # ZooKeeper's clock, not ours: a change stamped in our future waits no longer than the whole settling time
+    return min(settles_at, time.time() + SETTLE_SECONDS) if settles_at > time.time() else None
