@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scanner.metadata.ledger import LedgerMetadata, MetadataFormatError, parse_ledger_metadata
 from scanner.metadata.ledger_paths import (
@@ -36,7 +36,9 @@ class ZNode:
     mzxid: int
     version: int
     ctime: int | None  # ms since epoch; None when a dump did not record it
-    mtime: int | None = None  # ms since epoch of the last change (ZooKeeper's clock); None when not known
+    # ms since epoch of the last change (ZooKeeper's clock); None where not known (a dump does not record it).
+    # When ``mzxid`` happened: not compared, ``mzxid`` already tells one change from another.
+    mtime: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
