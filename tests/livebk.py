@@ -81,6 +81,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _runs_kit(pid: int, kit: Path) -> bool:
+    """Whether process ``pid`` is alive and one of the kit's JVMs (its class path is the kit's lib dir).
+
+    A pid file outlives its process, and on a busy machine (pid_max 32768, JVM threads take pids too) the pid
+    comes back within minutes as another process: the suite's own ZooKeeper was once ended that way.
+    """
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return f"{kit / 'lib'}/".encode() in cmdline
+
+
 def _end_process(pid: int, timeout: float = 20.0) -> None:
     """SIGTERM, then SIGKILL if it still runs after ``timeout`` seconds."""
     try:
@@ -146,11 +159,7 @@ class LiveBookie:
         """The running bookie's process id, None while it is stopped."""
         if self._process is not None:
             return self._process.pid if self._process.poll() is None else None
-        try:
-            pid = int(self._pid_file.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if _alive(pid) else None
+        return self.cluster.kit_pid(self.name)
 
     @property
     def started_here(self) -> bool:
@@ -254,6 +263,25 @@ class LiveCluster:
             failures.append(started.stderr.strip() or f"start.sh exited with {started.returncode}")
         raise LiveClusterError("the live cluster did not start: " + " | ".join(failures))
 
+    def kit_pid(self, name: str) -> int | None:
+        """The pid in ``name``.pid while that process runs the kit; a stale pid file (its process gone, the pid
+        perhaps another process's now) is removed, so nothing here or in stop.sh signals that pid."""
+        pid_file = self.run_dir / f"{name}.pid"
+        try:
+            pid = int(pid_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        if _runs_kit(pid, self.kit):
+            return pid
+        pid_file.unlink(missing_ok=True)
+        return None
+
+    def _end(self, name: str) -> None:
+        """End the kit's process ``name`` (writer, zk, autorecovery) by its pid file, if it runs; the file goes."""
+        if (pid := self.kit_pid(name)) is not None:
+            _end_process(pid)
+        (self.run_dir / f"{name}.pid").unlink(missing_ok=True)
+
     def stop(self) -> None:
         """Stop the writer, the bookies and ZooKeeper, whatever started them."""
         # Bookies started again from here are this process's children: end and reap them first
@@ -266,6 +294,8 @@ class LiveCluster:
             self._zookeeper.wait(timeout=30)
             (self.run_dir / "zk.pid").unlink(missing_ok=True)
         if self.run_dir.is_dir():
+            for pid_file in self.run_dir.glob("*.pid"):
+                self.kit_pid(pid_file.stem)  # stop.sh kills by pid files: none may name a pid reused since
             subprocess.run([str(self.kit / "stop.sh"), str(self.run_dir)], stdin=subprocess.DEVNULL,
                            capture_output=True, timeout=120)
 
@@ -331,15 +361,14 @@ class LiveCluster:
 
     def stop_writer(self) -> None:
         """End the writer before its time is up (its open ledger stays open, as a crashed client's would)."""
-        _end_process(int((self.run_dir / "writer.pid").read_text()))
+        self._end("writer")
 
     def wait_for_writer(self, timeout: float = 300.0) -> str:
         """Wait until the writer has finished; its log. LiveClusterError if it failed or hangs."""
-        pid = int((self.run_dir / "writer.pid").read_text())
         deadline = time.monotonic() + timeout
-        while _alive(pid):
+        while self.kit_pid("writer") is not None:
             if time.monotonic() > deadline:
-                _end_process(pid)
+                self._end("writer")
                 raise LiveClusterError(f"the writer still runs after {timeout:.0f} s")
             time.sleep(0.5)
         log = (self.run_dir / "writer.log").read_text(errors="replace")
@@ -349,9 +378,7 @@ class LiveCluster:
 
     def stop_zookeeper(self) -> None:
         """End the cluster's ZooKeeper (SIGTERM), as an outage of the ensemble would."""
-        pid_file = self.run_dir / "zk.pid"
-        _end_process(int(pid_file.read_text()))
-        pid_file.unlink()
+        self._end("zk")
 
     def start_zookeeper(self, timeout: float = 60.0) -> None:
         """Start the ZooKeeper ``stop_zookeeper`` ended again, on its data dir and port, as start.sh does."""
@@ -381,13 +408,7 @@ class LiveCluster:
             raise LiveClusterError(f"autorecovery did not start: {started.stderr.strip()}")
 
     def stop_autorecovery(self) -> None:
-        pid_file = self.run_dir / "autorecovery.pid"
-        try:
-            pid = int(pid_file.read_text())
-        except (FileNotFoundError, ValueError):
-            return
-        _end_process(pid)
-        pid_file.unlink(missing_ok=True)
+        self._end("autorecovery")
 
     @property
     def autorecovery_log(self) -> str:

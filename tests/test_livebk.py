@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from livebk import LiveCluster, listening
-
-pytestmark = pytest.mark.live
 
 
 def _running(pid: int) -> bool:
@@ -19,12 +19,14 @@ def _running(pid: int) -> bool:
     return True
 
 
+@pytest.mark.live
 def test_cluster_starts_writes_restarts_a_bookie_and_stops_everything(tmp_path):
     with LiveCluster(tmp_path / "bk") as cluster:
         assert all(listening(b.port) for b in cluster.bookies)
         assert cluster.metadata_uri == f"zk+hierarchical://127.0.0.1:{cluster.zk_port}/ledgers"
         cluster.write(seconds=3)
         assert "DONE created=" in cluster.wait_for_writer()
+        assert not (cluster.run_dir / "writer.pid").exists()  # its pid may be another process's by the end
         bookie = cluster.bookies[1]
         assert f"bookiePort={bookie.port}" in bookie.conf.read_text()
         first_pid = bookie.pid
@@ -37,3 +39,21 @@ def test_cluster_starts_writes_restarts_a_bookie_and_stops_everything(tmp_path):
         pids = [b.pid for b in cluster.bookies] + [int((cluster.run_dir / "zk.pid").read_text())]
     assert not any(_running(pid) for pid in pids)
     assert not any(listening(port) for port in [cluster.zk_port, *(b.port for b in cluster.bookies)])
+
+
+def test_a_pid_file_whose_pid_is_another_process_now_is_dropped_and_that_process_left_alone(tmp_path):
+    # The writer ended long ago; its pid now belongs to some other process (here a sleep): stopping the cluster
+    # must not signal it, as stop.sh would by the stale pid file.
+    cluster = LiveCluster(tmp_path / "bk")
+    cluster.run_dir.mkdir(parents=True)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for name in ("writer", "zk", "bookie1"):
+            (cluster.run_dir / f"{name}.pid").write_text(f"{bystander.pid}\n")
+        assert cluster.kit_pid("writer") is None and not (cluster.run_dir / "writer.pid").exists()
+        cluster.stop_zookeeper()
+        cluster.stop()
+        assert bystander.poll() is None and list(cluster.run_dir.glob("*.pid")) == []
+    finally:
+        bystander.kill()
+        bystander.wait()
