@@ -82,7 +82,8 @@ def _alive(pid: int) -> bool:
 
 
 def _runs_kit(pid: int, kit: Path) -> bool:
-    """Whether process ``pid`` is alive and one of the kit's JVMs (its class path is the kit's lib dir).
+    """Whether process ``pid`` is alive and one of the kit's (its command line names the kit's dir: a JVM's class
+    path, or a script of the kit's in the moment before its ``java &`` execs).
 
     A pid file outlives its process, and on a busy machine (pid_max 32768, JVM threads take pids too) the pid
     comes back within minutes as another process: the suite's own ZooKeeper was once ended that way.
@@ -91,7 +92,7 @@ def _runs_kit(pid: int, kit: Path) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return f"{kit / 'lib'}/".encode() in cmdline
+    return f"{kit}/".encode() in cmdline
 
 
 def _end_process(pid: int, timeout: float = 20.0) -> None:
@@ -264,7 +265,7 @@ class LiveCluster:
         raise LiveClusterError("the live cluster did not start: " + " | ".join(failures))
 
     def kit_pid(self, name: str) -> int | None:
-        """The pid in ``name``.pid while that process runs the kit; a stale pid file (its process gone, the pid
+        """The pid in ``name``.pid while that process is the kit's; a stale pid file (its process gone, the pid
         perhaps another process's now) is removed, so nothing here or in stop.sh signals that pid."""
         pid_file = self.run_dir / f"{name}.pid"
         try:
