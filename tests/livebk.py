@@ -92,7 +92,8 @@ def _runs_kit(pid: int, kit: Path) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return f"{kit}/".encode() in cmdline
+    # Empty while the process execs (or once it exited, not yet reaped): no other program's, as far as one can tell.
+    return not cmdline or f"{kit}/".encode() in cmdline
 
 
 def _end_process(pid: int, timeout: float = 20.0) -> None:
