@@ -2,7 +2,7 @@
 
 ``ZooKeeperServer(workdir).start()`` runs ``ZooKeeperServerMain`` in its own JVM on 127.0.0.1
 with a free port, a data dir under ``workdir``, the admin server off, and waits until the
-server answers ``ruok``. ``stop()`` ends that JVM (and only it); ``restart()`` starts it again on
+server answers ``ruok`` and gives a client a session (else it tries a fresh JVM on another port). ``stop()`` ends that JVM (and only it); ``restart()`` starts it again on
 the same port with the same data dir, as after an outage; ``freeze()``/``thaw()`` suspend and resume
 it (a server that keeps its connections but never answers). ``load_dump`` recreates the
 znodes of a dump file (the corpus ``zk-dump.json`` format) under a prefix.
@@ -24,6 +24,7 @@ from pathlib import Path
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 SERVER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 _PORT_ATTEMPTS = 3
+_SESSION_WAIT = 15.0  # seconds a started server has to give its first session
 
 
 class ZooKeeperSetupError(RuntimeError):
@@ -58,7 +59,8 @@ class ZooKeeperServer:
         """Start the server and wait until it answers; ZooKeeperSetupError if it cannot."""
         java = self._java()
         failures = []
-        # A port picked as free can be taken before the JVM binds it; then try another.
+        # A port picked as free can be taken before the JVM binds it, or the server may not serve: then try
+        # another, with a data dir of its own.
         for attempt in range(_PORT_ATTEMPTS):
             self.port, self._attempt = free_port(), attempt
             self._process = self._launch(java, attempt)
@@ -129,9 +131,26 @@ class ZooKeeperServer:
                 tail = self.log_path.read_text(errors="replace")[-400:].strip().replace("\n", " / ")
                 return f"JVM exited with {self._process.returncode} (port {self.port}): {tail}"
             if self._answers_ruok():
-                return None
+                if self._serves_a_session():
+                    return None
+                return f"answered ruok on port {self.port} but gave no session within {_SESSION_WAIT:g}s"
             time.sleep(0.05)
         return f"no answer on port {self.port} within {timeout:g}s (log: {self.log_path})"
+
+    def _serves_a_session(self, timeout: float = _SESSION_WAIT) -> bool:
+        """Whether a client gets a session: ``ruok`` answered does not prove it (seen in suites under load: a
+        server answered ``imok`` and left every client's connect unanswered, 30 s and more)."""
+        from kazoo.client import KazooClient
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        client = KazooClient(hosts=self.connect_string, timeout=timeout)
+        try:
+            client.start(timeout=timeout)
+        except KazooTimeoutError:
+            return False
+        client.stop()
+        client.close()
+        return True
 
     def _answers_ruok(self) -> bool:
         try:
