@@ -46,8 +46,10 @@ def test_a_pid_file_whose_pid_is_another_process_now_is_dropped_and_that_process
     # must not signal it, as stop.sh would by the stale pid file.
     cluster = LiveCluster(tmp_path / "bk")
     cluster.run_dir.mkdir(parents=True)
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                                 stdout=subprocess.PIPE, text=True)
     try:
+        assert bystander.stdout.readline() == "up\n"  # exec'd: its command line is its own, not the forking one's
         for name in ("writer", "zk", "bookie1"):
             (cluster.run_dir / f"{name}.pid").write_text(f"{bystander.pid}\n")
         assert cluster.kit_pid("writer") is None and not (cluster.run_dir / "writer.pid").exists()
@@ -57,3 +59,4 @@ def test_a_pid_file_whose_pid_is_another_process_now_is_dropped_and_that_process
     finally:
         bystander.kill()
         bystander.wait()
+        bystander.stdout.close()
