@@ -86,7 +86,7 @@ def _runs_kit(pid: int, kit: Path) -> bool:
     path, or a script of the kit's in the moment before its ``java &`` execs).
 
     A pid file outlives its process, and on a busy machine (pid_max 32768, JVM threads take pids too) the pid
-    comes back within minutes as another process: the suite's own ZooKeeper was once ended that way.
+    can come back within minutes as another process, which the kit's stop.sh would then kill.
     """
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()

@@ -2,10 +2,11 @@
 
 ``ZooKeeperServer(workdir).start()`` runs ``ZooKeeperServerMain`` in its own JVM on 127.0.0.1
 with a free port, a data dir under ``workdir``, the admin server off, and waits until the
-server answers ``ruok`` and gives a client a session (else it tries a fresh JVM on another port). ``stop()`` ends that JVM (and only it); ``restart()`` starts it again on
-the same port with the same data dir, as after an outage; ``freeze()``/``thaw()`` suspend and resume
-it (a server that keeps its connections but never answers). ``load_dump`` recreates the
-znodes of a dump file (the corpus ``zk-dump.json`` format) under a prefix.
+server answers ``ruok`` and gives a client a session (else it tries a fresh JVM on another port).
+``stop()`` ends that JVM (and only it); ``restart()`` starts it again on the same port with the
+same data dir, as after an outage; ``freeze()``/``thaw()`` suspend and resume it (a server that
+keeps its connections but never answers). ``load_dump`` recreates the znodes of a dump file (the
+corpus ``zk-dump.json`` format) under a prefix.
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ class ZooKeeperServer:
             java, f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
             "-Dzookeeper.admin.enableServer=false",
             # A throw-away server: no fsync per transaction and a 1 MiB log file, not 64 MiB of zeros written
-            # before the first session. Beside a BookKeeper cluster's fsyncs, either made a client's first
-            # connect wait past its 30 s; a restart still finds every znode (the page cache keeps them).
+            # before the first session (slow beside a BookKeeper cluster's fsyncs); a restart still finds every
+            # znode (the page cache keeps them).
             "-Dzookeeper.forceSync=no", "-Dzookeeper.preAllocSize=1024",
             "-cp", str(self.jar), SERVER_MAIN, str(config),
         ]  # fmt: skip
