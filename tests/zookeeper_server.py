@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+# The package's jar names only slf4j's API: without a binding the server logs nothing. Debian's slf4j
+# package (a dependency of zookeeper's) has the simple one.
+SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
 SERVER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 _PORT_ATTEMPTS = 3
 _SESSION_WAIT = 15.0  # seconds a started server has to give its first session
@@ -120,7 +123,9 @@ class ZooKeeperServer:
             # before the first session (slow beside a BookKeeper cluster's fsyncs); a restart still finds every
             # znode (the page cache keeps them).
             "-Dzookeeper.forceSync=no", "-Dzookeeper.preAllocSize=1024",
-            "-cp", str(self.jar), SERVER_MAIN, str(config),
+            "-Dorg.slf4j.simpleLogger.showDateTime=true", "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+            "-cp", os.pathsep.join(str(jar) for jar in (self.jar, SLF4J_SIMPLE_JAR) if jar.is_file()),
+            SERVER_MAIN, str(config),
         ]  # fmt: skip
         with self.log_path.open("ab") as log:  # a restart's lines follow the first run's
             return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -134,7 +139,8 @@ class ZooKeeperServer:
             if self._answers_ruok():
                 if self._serves_a_session():
                     return None
-                return f"answered ruok on port {self.port} but gave no session within {_SESSION_WAIT:g}s"
+                return (f"answered ruok on port {self.port} but gave no session within {_SESSION_WAIT:g}s "
+                        f"(log: {self.log_path})")
             time.sleep(0.05)
         return f"no answer on port {self.port} within {timeout:g}s (log: {self.log_path})"
 
