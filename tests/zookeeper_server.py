@@ -2,7 +2,7 @@
 
 ``ZooKeeperServer(workdir).start()`` runs ``ZooKeeperServerMain`` in its own JVM on 127.0.0.1
 with a free port, a data dir under ``workdir``, the admin server off, and waits until the
-server answers ``ruok`` and gives a client a session (else it tries a fresh JVM on another port).
+server has loaded its data and serves (else it tries a fresh JVM on another port).
 ``stop()`` ends that JVM (and only it); ``restart()`` starts it again on the same port with the
 same data dir, as after an outage; ``freeze()``/``thaw()`` suspend and resume it (a server that
 keeps its connections but never answers). ``load_dump`` recreates the znodes of a dump file (the
@@ -28,7 +28,6 @@ ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
 SERVER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 _PORT_ATTEMPTS = 3
-_SESSION_WAIT = 15.0  # seconds a started server has to give its first session
 
 
 class ZooKeeperSetupError(RuntimeError):
@@ -63,8 +62,7 @@ class ZooKeeperServer:
         """Start the server and wait until it answers; ZooKeeperSetupError if it cannot."""
         java = self._java()
         failures = []
-        # A port picked as free can be taken before the JVM binds it, or the server may not serve: then try
-        # another, with a data dir of its own.
+        # A port picked as free can be taken before the JVM binds it: then try another, with a data dir of its own.
         for attempt in range(_PORT_ATTEMPTS):
             self.port, self._attempt = free_port(), attempt
             self._process = self._launch(java, attempt)
@@ -112,7 +110,7 @@ class ZooKeeperServer:
             "clientPortAddress=127.0.0.1\n"
             "maxClientCnxns=0\n"
             "admin.enableServer=false\n"
-            "4lw.commands.whitelist=ruok\n"
+            "4lw.commands.whitelist=srvr\n"
             + ("" if self.max_session_timeout_ms is None else f"maxSessionTimeout={self.max_session_timeout_ms}\n")
         )
         self.log_path = self.workdir / f"zookeeper-{attempt}.log"
@@ -136,40 +134,42 @@ class ZooKeeperServer:
             if self._process.poll() is not None:
                 tail = self.log_path.read_text(errors="replace")[-400:].strip().replace("\n", " / ")
                 return f"JVM exited with {self._process.returncode} (port {self.port}): {tail}"
-            if self._answers_ruok():
-                if self._serves_a_session():
-                    return None
-                return (f"answered ruok on port {self.port} but gave no session within {_SESSION_WAIT:g}s "
-                        f"(log: {self.log_path})")
+            if self._serves():
+                return None
             time.sleep(0.05)
-        return f"no answer on port {self.port} within {timeout:g}s (log: {self.log_path})"
+        return f"not serving on port {self.port} within {timeout:g}s (log: {self.log_path})"
 
-    def _serves_a_session(self, timeout: float = _SESSION_WAIT) -> bool:
-        """Whether a client gets a session: ``ruok`` answered does not prove it (seen in suites under load: a
-        server answered ``imok`` and left every client's connect unanswered, 30 s and more)."""
-        from kazoo.client import KazooClient
-        from kazoo.handlers.threading import KazooTimeoutError
+    def _serves(self) -> bool:
+        """Whether the server has loaded its data: only then does ``srvr`` report its mode.
 
-        client = KazooClient(hosts=self.connect_string, timeout=timeout)
-        try:
-            client.start(timeout=timeout)
-        except KazooTimeoutError:
-            return False
-        client.stop()
-        client.close()
-        return True
-
-    def _answers_ruok(self) -> bool:
+        No client may connect before that. The server binds its port (and answers ``ruok``) before it has
+        a database, and a client's connect in that window is, in ZooKeeper 3.8, neither answered nor
+        closed: closing it throws (ZOOKEEPER-5051) and the client waits out its whole connect timeout. In
+        suites under load the window lasted long enough for a client started on ``ruok`` to fall into it.
+        """
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"ruok")
-                return s.recv(4) == b"imok"
-        except OSError:
+                s.sendall(b"srvr")
+                reply = b""
+                while b"Mode: " not in reply and (chunk := s.recv(4096)):
+                    reply += chunk
+                return b"Mode: " in reply
+        except OSError:  # refused, reset, or a reply the server never finished (the same closing fault)
             return False
 
-    def freeze(self) -> None:
-        """Suspend the JVM (SIGSTOP): connections stay open, nothing is answered until ``thaw()``."""
+    def freeze(self, timeout: float = 10.0) -> None:
+        """Suspend the JVM (SIGSTOP): connections stay open, nothing is answered until ``thaw()``.
+
+        Returns once every thread of it has stopped: the signal is only sent when ``kill`` returns, and a
+        JVM was seen answering a request made just after it.
+        """
         os.kill(self._process.pid, signal.SIGSTOP)
+        tasks = Path(f"/proc/{self._process.pid}/task")
+        deadline = time.monotonic() + timeout
+        while not all(_stopped(task) for task in tasks.iterdir()):
+            if time.monotonic() > deadline:
+                raise ZooKeeperSetupError(f"ZooKeeper (pid {self._process.pid}) did not stop within {timeout:g}s")
+            time.sleep(0.01)
 
     def thaw(self) -> None:
         os.kill(self._process.pid, signal.SIGCONT)
@@ -186,6 +186,15 @@ class ZooKeeperServer:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _stopped(task: Path) -> bool:
+    """Whether a thread (a ``/proc/<pid>/task/<tid>`` dir) is stopped by a signal; one that ended counts."""
+    try:
+        stat = (task / "stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(")") + 2] == "T"  # the state follows the command name, which may hold spaces
 
 
 def load_dump(client, dump: Path, prefix: str = "", acl=None) -> int:
