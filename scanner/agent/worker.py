@@ -403,10 +403,12 @@ class LedgerDirWorker:
     def _finish_pass(self) -> None:
         cursor = self.cursor
         now = self.clock()
+        # What the pass did not meet again ends before the pass counts as done: whoever sees the count (health,
+        # status) sees its findings ended. A crash in between finishes the pass again, which ends nothing more.
+        self.book.end_pass(self.ledger_dir, f"not found again by pass {cursor.passes_completed + 1}")
         self.cursor = cursor.advanced(phase=WAITING, passes_completed=cursor.passes_completed + 1,
                                       last_pass_finished=now, bytes_done=cursor.bytes_total)
         self._save()
-        self.book.end_pass(self.ledger_dir, f"not found again by pass {self.cursor.passes_completed}")
         self._close_pass()
         log.info("%s: pass %d finished in %.0fs", self.ledger_dir, self.cursor.passes_completed,
                  now - cursor.pass_started)
