@@ -33,7 +33,7 @@ def own_zookeeper(tmp_path):
     started = []
 
     def start(**server_options):
-        server = ZooKeeperServer(tmp_path / "zookeeper", **server_options)
+        server = ZooKeeperServer(tmp_path / "zookeeper", restartable=True, **server_options)
         try:
             server.start()
         except ZooKeeperSetupError as exc:

@@ -3,8 +3,8 @@
 ``ZooKeeperServer(workdir).start()`` runs ``ZooKeeperServerMain`` in its own JVM on 127.0.0.1
 with a free port, a data dir under ``workdir``, the admin server off, and waits until the
 server has loaded its data and serves (else it tries a fresh JVM on another port).
-``stop()`` ends that JVM (and only it); ``restart()`` starts it again on the same port with the
-same data dir, as after an outage; ``freeze()``/``thaw()`` suspend and resume it (a server that
+``stop()`` ends that JVM (and only it); ``restart()`` (of a server made ``restartable``) starts it
+again with the same data dir, clients finding it on the same port, as after an outage; ``freeze()``/``thaw()`` suspend and resume it (a server that
 keeps its connections but never answers). ``load_dump`` recreates the znodes of a dump file (the
 corpus ``zk-dump.json`` format) under a prefix.
 """
@@ -21,6 +21,8 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+
+from tcp_gate import TcpGate
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 # The package's jar names only slf4j's API: without a binding the server logs nothing. Debian's slf4j
@@ -42,17 +44,30 @@ def free_port() -> int:
 
 class ZooKeeperServer:
     """``max_session_timeout_ms`` caps the sessions clients get (ZooKeeper's default: 40 s); ``heap_mb``
-    is the JVM's heap (a million znodes need about 1 GiB)."""
+    is the JVM's heap (a million znodes need about 1 GiB).
+
+    A ``restartable`` server is reached through a ``TcpGate`` that opens only once the JVM serves, after
+    a start or a restart alike. ZooKeeper 3.8 binds its port before it has a database, and a client that
+    connects in that window is neither answered nor closed (closing it throws, ZOOKEEPER-5051): it waits
+    out its whole connect timeout, which in the outage tests' reconnects under load was longer than the
+    tests wait. The other servers need no gate: their clients connect only after ``start()``.
+    """
 
     def __init__(self, workdir: Path, jar: Path = ZOOKEEPER_JAR, *, max_session_timeout_ms: int | None = None,
-                 heap_mb: int = 256):
+                 heap_mb: int = 256, restartable: bool = False):
         self.workdir = Path(workdir)
         self.jar = Path(jar)
         self.max_session_timeout_ms = max_session_timeout_ms
         self.heap_mb = heap_mb
-        self.port: int | None = None
+        self._gate = TcpGate() if restartable else None
+        self._jvm_port: int | None = None
         self._attempt: int | None = None  # names the config and data dir the serving JVM uses
         self._process: subprocess.Popen | None = None
+
+    @property
+    def port(self) -> int | None:
+        """The port clients connect to."""
+        return self._jvm_port if self._gate is None else self._gate.port
 
     @property
     def connect_string(self) -> str:
@@ -64,29 +79,35 @@ class ZooKeeperServer:
         failures = []
         # A port picked as free can be taken before the JVM binds it: then try another, with a data dir of its own.
         for attempt in range(_PORT_ATTEMPTS):
-            self.port, self._attempt = free_port(), attempt
+            self._jvm_port, self._attempt = free_port(), attempt
             self._process = self._launch(java, attempt)
             atexit.register(self.stop)
             problem = self._wait_until_serving(timeout)
             if problem is None:
+                if self._gate is not None:
+                    self._gate.open(self._jvm_port)
                 return
             self.stop()
             failures.append(problem)
         raise ZooKeeperSetupError("ZooKeeper did not start: " + " | ".join(failures))
 
     def restart(self, timeout: float = 60.0) -> None:
-        """Stop the server if it runs, then serve again on the same port from the same data dir.
+        """Stop the server if it runs, then serve again from the same data dir, clients finding it on the same port.
 
         Its znodes and sessions survive, as after a real outage; ZooKeeperSetupError if it cannot.
         """
+        if self._gate is None:
+            raise ZooKeeperSetupError("restart() needs a server made restartable=True")
         if self._attempt is None:
             raise ZooKeeperSetupError("restart() before a successful start()")
         self.stop()
+        self._jvm_port = free_port()  # the JVM's own port; the gate keeps the clients' one
         self._process = self._launch(self._java(), self._attempt)
         problem = self._wait_until_serving(timeout)
         if problem is not None:
             self.stop()
             raise ZooKeeperSetupError("ZooKeeper did not restart: " + problem)
+        self._gate.open(self._jvm_port)
 
     def _java(self) -> str:
         if not self.jar.is_file():
@@ -106,7 +127,7 @@ class ZooKeeperServer:
         config.write_text(
             "tickTime=2000\n"
             f"dataDir={data_dir}\n"
-            f"clientPort={self.port}\n"
+            f"clientPort={self._jvm_port}\n"
             "clientPortAddress=127.0.0.1\n"
             "maxClientCnxns=0\n"
             "admin.enableServer=false\n"
@@ -133,22 +154,21 @@ class ZooKeeperServer:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 tail = self.log_path.read_text(errors="replace")[-400:].strip().replace("\n", " / ")
-                return f"JVM exited with {self._process.returncode} (port {self.port}): {tail}"
+                return f"JVM exited with {self._process.returncode} (port {self._jvm_port}): {tail}"
             if self._serves():
                 return None
             time.sleep(0.05)
-        return f"not serving on port {self.port} within {timeout:g}s (log: {self.log_path})"
+        return f"not serving on port {self._jvm_port} within {timeout:g}s (log: {self.log_path})"
 
     def _serves(self) -> bool:
         """Whether the server has loaded its data: only then does ``srvr`` report its mode.
 
-        No client may connect before that. The server binds its port (and answers ``ruok``) before it has
-        a database, and a client's connect in that window is, in ZooKeeper 3.8, neither answered nor
-        closed: closing it throws (ZOOKEEPER-5051) and the client waits out its whole connect timeout. In
-        suites under load the window lasted long enough for a client started on ``ruok`` to fall into it.
+        No client may connect before that (see the class): the port is bound, and ``ruok`` answered, before
+        there is a database. In suites under load the window lasted long enough for a client started on
+        ``ruok`` to fall into it.
         """
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            with socket.create_connection(("127.0.0.1", self._jvm_port), timeout=1) as s:
                 s.sendall(b"srvr")
                 reply = b""
                 while b"Mode: " not in reply and (chunk := s.recv(4096)):
@@ -176,6 +196,8 @@ class ZooKeeperServer:
 
     def stop(self) -> None:
         """Stop the JVM this object started (SIGTERM, then SIGKILL after 10 s), frozen or not."""
+        if self._gate is not None:
+            self._gate.close()
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
