@@ -9,6 +9,9 @@
  * window of locations, a digest failure, a record Python verifies (MAC), or a full list of index faults. Every
  * length and offset read from the chunk is checked against the chunk before it is used.
  *
+ * The index's `.idx` files are read here too, a window of small ones per call (see the section on them), and the
+ * index's locations sorted and merged for the walks.
+ *
  * CRC32C uses SSE4.2 (three interleaved lanes over long stretches) when the CPU has it, checked at import;
  * otherwise, and for CRC32, tables eight bytes at a time. MAC digests are HMAC-SHA1, SHA-1 written out here.
  */
@@ -17,6 +20,11 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <nmmintrin.h>
@@ -922,6 +930,290 @@ static PyObject *native_owned_count(PyObject *m, PyObject *args) {
     return PyLong_FromSsize_t(owned);
 }
 
+/* ---- `.idx` files: a window of small ones opened ahead, then read, checked and sifted per call ----------- */
+
+/*
+ * scanner/storage/indexfile.py is the reference: its IndexFile reads a file the same way, through a page-cache guest
+ * (scanner/storage/pagecache.py). Here only files whose header and slots come in the first read are handled
+ * (most ledgers'); anything else (a larger file, a header that does not check, a failed call) is left to that reader,
+ * by path, so every error is raised and worded where it always was.
+ */
+
+#define IDX_HEADER 1024
+#define IDX_SLOT 8
+#define IDX_FIRST_READ (IDX_HEADER + 64 * 1024) /* indexfile.py's HEADER_SIZE + _READ_CHUNK */
+#define IDX_FETCHED 1                           /* the first read's bytes were asked of the disk ahead: ours */
+#define IDX_NO_NOWAIT 2                         /* non-blocking reads fail on this file: every read counts as ours */
+#define IDX_LEAVE_TO_PYTHON (-1)
+
+static int64_t PAGE_BYTES = 4096; /* the system's, set at import */
+
+static int open_read_only(const char *path) {
+    int fd = open(path, O_RDONLY | O_NOATIME | O_CLOEXEC); /* reading must not touch the file's access time */
+    if (fd < 0 && (errno == EPERM || errno == EACCES))
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    return fd;
+}
+
+/* Bytes of [offset, offset + length) read without waiting for the disk (what is cached); -1 if such reads fail. */
+static ssize_t read_cached(int fd, uint8_t *buffer, size_t length, off_t offset) {
+#ifdef RWF_NOWAIT
+    struct iovec vector = {buffer, length};
+    ssize_t n;
+    do
+        n = preadv2(fd, &vector, 1, offset, RWF_NOWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n >= 0)
+        return n;
+    return errno == EAGAIN ? 0 : -1;
+#else
+    return -1;
+#endif
+}
+
+/* A file opened ahead: its first bytes asked of the disk unless its first page is cached. Returns its flags. */
+static int fetch_ahead(int fd) {
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* no kernel read-ahead on our descriptor */
+    uint8_t probe;
+    ssize_t cached = read_cached(fd, &probe, 1, 0);
+    int flags = cached < 0 ? IDX_NO_NOWAIT : 0;
+    if (cached <= 0 && posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_WILLNEED) == 0)
+        flags |= IDX_FETCHED;
+    return flags;
+}
+
+/* Whether the first `available` bytes are a header indexfile.parse_index_header accepts. */
+static int index_header_holds(const uint8_t *head, int64_t available) {
+    if (available < 12 || memcmp(head, "BKLE", 4) != 0)
+        return 0;
+    int32_t version = (int32_t)be32(head + 4), key_length = (int32_t)be32(head + 8);
+    if (version != 0 && version != 1)
+        return 0;
+    int64_t key_end = 12 + (int64_t)key_length, fields_end = key_end + (version >= 1 ? 8 : 4);
+    if (key_length < 0 || fields_end > IDX_HEADER || fields_end > available)
+        return 0;
+    if (version >= 1) {
+        int32_t lac_length = (int32_t)be32(head + key_end + 4);
+        int64_t lac_end = fields_end + lac_length;
+        if (lac_length != 0 && (lac_length < 16 || lac_end > IDX_HEADER || lac_end > available))
+            return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    uint64_t *ids, *locations;
+    size_t count, capacity;
+} Slots;
+
+/* One opened file read, checked and sifted into `out`, then its pages that were not cached dropped and it closed.
+ * Returns how many slots it added, or IDX_LEAVE_TO_PYTHON (it added none). */
+static Py_ssize_t read_small_index(int fd, int flags, uint8_t *buffer, Slots *out) {
+    Py_ssize_t result = IDX_LEAVE_TO_PYTHON;
+    int ours = flags & IDX_FETCHED;
+    int64_t ours_end = ours ? IDX_FIRST_READ : 0, got = 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size > IDX_FIRST_READ)
+        goto done;
+    int64_t size = st.st_size, want = size > IDX_HEADER ? size : IDX_HEADER;
+    int64_t cached = 0;
+    if (!ours && !(flags & IDX_NO_NOWAIT)) {
+        ssize_t n = read_cached(fd, buffer, (size_t)want, 0);
+        cached = got = n < 0 ? 0 : n;
+    }
+    while (got < want) {
+        ssize_t n = pread(fd, buffer + got, (size_t)(want - got), got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            goto done;
+        if (n == 0)
+            break;
+        got += n;
+    }
+    if (ours || got > cached) { /* fetched (at least partly) from disk: every page the read touched is ours */
+        int64_t end = ((got > 0 ? got : 1) + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
+        ours_end = end > ours_end ? end : ours_end;
+    }
+    if (!index_header_holds(buffer, got < IDX_HEADER ? got : IDX_HEADER))
+        goto done;
+    int64_t slot_bytes = size > IDX_HEADER ? (size - IDX_HEADER) / IDX_SLOT * IDX_SLOT : 0;
+    int64_t read_slots = got > IDX_HEADER ? got - IDX_HEADER : 0;
+    int64_t slots = (slot_bytes < read_slots ? slot_bytes : read_slots) / IDX_SLOT;
+    if (out->count + (size_t)slots > out->capacity) {
+        size_t capacity = out->capacity * 2 > out->count + (size_t)slots ? out->capacity * 2 : out->count + (size_t)slots;
+        uint64_t *ids = PyMem_RawRealloc(out->ids, capacity * sizeof(uint64_t));
+        if (ids != NULL)
+            out->ids = ids;
+        uint64_t *locations = ids == NULL ? NULL : PyMem_RawRealloc(out->locations, capacity * sizeof(uint64_t));
+        if (locations == NULL)
+            goto done; /* out of memory: the Python reader tries, and raises if it must */
+        out->locations = locations;
+        out->capacity = capacity;
+    }
+    size_t before = out->count;
+    for (int64_t i = 0; i < slots; i++) {
+        uint64_t raw = be64(buffer + IDX_HEADER + i * IDX_SLOT);
+        if (raw) {
+            out->ids[out->count] = (uint64_t)i;
+            out->locations[out->count++] = raw;
+        }
+    }
+    result = (Py_ssize_t)(out->count - before);
+done:
+    if (ours_end > 0)
+        posix_fadvise(fd, 0, ours_end, POSIX_FADV_DONTNEED);
+    close(fd);
+    return result;
+}
+
+/* The (fd, flags) pairs of a list as open_index_files returned it; -1 for any other item. */
+static int opened_files(PyObject *opened, Py_ssize_t *n, int **fds, int **flags) {
+    PyObject *sequence = PySequence_Fast(opened, "a list of (fd, flags) as open_index_files returns");
+    if (sequence == NULL)
+        return -1;
+    *n = PySequence_Fast_GET_SIZE(sequence);
+    *fds = PyMem_Calloc((size_t)*n + 1, sizeof(int));
+    *flags = PyMem_Calloc((size_t)*n + 1, sizeof(int));
+    if (*fds == NULL || *flags == NULL) {
+        PyMem_Free(*fds), PyMem_Free(*flags);
+        Py_DECREF(sequence);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(sequence, i);
+        int fd = -1, flag = 0;
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "ii", &fd, &flag))
+            PyErr_Clear(), fd = -1;
+        (*fds)[i] = fd;
+        (*flags)[i] = flag;
+    }
+    Py_DECREF(sequence);
+    return 0;
+}
+
+/* open_index_files(paths): [(fd, flags)], each file opened read-only and its first bytes fetched ahead (fd -1: it
+ * would not open; the Python reader finds out why by path). */
+static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
+    PyObject *paths;
+    if (!PyArg_ParseTuple(args, "O", &paths))
+        return NULL;
+    PyObject *sequence = PySequence_Fast(paths, "a list of paths");
+    if (sequence == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
+    PyObject *encoded = PyList_New(n), *opened = NULL;
+    for (Py_ssize_t i = 0; encoded != NULL && i < n; i++) {
+        PyObject *path = NULL;
+        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(sequence, i), &path))
+            Py_CLEAR(encoded);
+        else
+            PyList_SET_ITEM(encoded, i, path);
+    }
+    int *fds = encoded == NULL ? NULL : PyMem_Calloc((size_t)n + 1, sizeof(int));
+    int *flags = fds == NULL ? NULL : PyMem_Calloc((size_t)n + 1, sizeof(int));
+    if (encoded != NULL && flags == NULL)
+        PyErr_NoMemory();
+    if (flags != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            fds[i] = open_read_only(PyBytes_AS_STRING(PyList_GET_ITEM(encoded, i)));
+            flags[i] = fds[i] >= 0 ? fetch_ahead(fds[i]) : 0;
+        }
+        Py_END_ALLOW_THREADS
+        opened = PyList_New(n);
+        for (Py_ssize_t i = 0; opened != NULL && i < n; i++) {
+            PyObject *pair = Py_BuildValue("(ii)", fds[i], flags[i]);
+            if (pair == NULL)
+                Py_CLEAR(opened);
+            else
+                PyList_SET_ITEM(opened, i, pair);
+        }
+        if (opened == NULL) /* nobody else knows these files */
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (fds[i] >= 0)
+                    close(fds[i]);
+    }
+    PyMem_Free(fds);
+    PyMem_Free(flags);
+    Py_XDECREF(encoded);
+    Py_DECREF(sequence);
+    return opened;
+}
+
+/* read_index_files(opened): (counts, entry ids, locations), every file of `opened` read and closed. counts[i]: how
+ * many non-empty slots file i has (their entry ids and encoded locations follow those of the files before it, as
+ * native uint64 in the two bytes), or -1: file i is left to the Python reader. */
+static PyObject *native_read_index_files(PyObject *m, PyObject *args) {
+    PyObject *opened;
+    if (!PyArg_ParseTuple(args, "O", &opened))
+        return NULL;
+    Py_ssize_t n;
+    int *fds, *flags;
+    if (opened_files(opened, &n, &fds, &flags) < 0)
+        return NULL;
+    Py_ssize_t *counts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    uint8_t *buffer = PyMem_RawMalloc(IDX_FIRST_READ);
+    Slots out = {NULL, NULL, 0, 0};
+    if (counts != NULL && buffer != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++)
+            counts[i] = fds[i] < 0 ? IDX_LEAVE_TO_PYTHON : read_small_index(fds[i], flags[i], buffer, &out);
+        Py_END_ALLOW_THREADS
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (fds[i] >= 0)
+                close(fds[i]);
+    }
+    PyObject *result = NULL;
+    if (counts == NULL || buffer == NULL) {
+        PyErr_NoMemory();
+    } else {
+        PyObject *list = PyList_New(n);
+        for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
+            PyObject *count = PyLong_FromSsize_t(counts[i]);
+            if (count == NULL)
+                Py_CLEAR(list);
+            else
+                PyList_SET_ITEM(list, i, count);
+        }
+        if (list != NULL)
+            result = Py_BuildValue("(Ny#y#)", list, out.ids ? (const char *)out.ids : "",  /* NULL would be None */
+                                   (Py_ssize_t)(out.count * sizeof(uint64_t)),
+                                   out.locations ? (const char *)out.locations : "",
+                                   (Py_ssize_t)(out.count * sizeof(uint64_t)));
+    }
+    PyMem_RawFree(out.ids);
+    PyMem_RawFree(out.locations);
+    PyMem_RawFree(buffer);
+    PyMem_Free(counts);
+    PyMem_Free(fds);
+    PyMem_Free(flags);
+    return result;
+}
+
+/* close_index_files(opened): files opened ahead and not read, closed; what was fetched for them dropped. */
+static PyObject *native_close_index_files(PyObject *m, PyObject *args) {
+    PyObject *opened;
+    if (!PyArg_ParseTuple(args, "O", &opened))
+        return NULL;
+    Py_ssize_t n;
+    int *fds, *flags;
+    if (opened_files(opened, &n, &fds, &flags) < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (fds[i] < 0)
+            continue;
+        if (flags[i] & IDX_FETCHED)
+            posix_fadvise(fds[i], 0, IDX_FIRST_READ, POSIX_FADV_DONTNEED);
+        close(fds[i]);
+    }
+    PyMem_Free(fds);
+    PyMem_Free(flags);
+    Py_RETURN_NONE;
+}
+
 /* ---- module ----------------------------------------------------------------------------------------- */
 
 static PyObject *crc_call(PyObject *args, uint32_t (*raw)(uint32_t, const uint8_t *, size_t)) {
@@ -948,6 +1240,12 @@ static PyMethodDef module_methods[] = {
      "merge_by_location([(locations, ledgers, entries)], locations, ledgers, entries, positions): sorted slices merged"},
     {"owned_count", native_owned_count, METH_VARARGS,
      "owned_count(entry_ids, low, high, index, size, quorum): entries of [low, high) striped onto ensemble index"},
+    {"open_index_files", native_open_index_files, METH_VARARGS,
+     "open_index_files(paths) -> [(fd, flags)]: `.idx` files opened read-only, their first bytes fetched ahead"},
+    {"read_index_files", native_read_index_files, METH_VARARGS,
+     "read_index_files(opened) -> (counts, entry ids, locations): small `.idx` files read, checked, sifted, closed"},
+    {"close_index_files", native_close_index_files, METH_VARARGS,
+     "close_index_files(opened): files opened ahead and not read, closed"},
     {NULL},
 };
 
@@ -956,6 +1254,9 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (page > 0)
+        PAGE_BYTES = page;
     fill_table(crc32c_table, CRC32C_POLY);
     fill_table(crc32_table, CRC32_POLY);
 #ifdef HAVE_X86_CRC32C
