@@ -1214,6 +1214,62 @@ static PyObject *native_close_index_files(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- DbLedgerStorage's `locations` DB: a cursor's pairs decoded without a Python object per pair kept ------- */
+
+/* decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular): up to `limit` (key, value)
+ * pairs taken from the iterator `pairs` (rocksdict's, raw) and decoded from big-endian into three columns of native
+ * uint64 (bytes; fewer pairs at the iterator's end). irregular: the pair that stopped it early, a key not 16 bytes
+ * or a value not 8 (the caller words the error), else None. dbstorage.py's batches are the reference. */
+static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
+    PyObject *pairs;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "On", &pairs, &limit))
+        return NULL;
+    if (limit < 0 || limit > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "limit must be within 0..2**24");
+        return NULL;
+    }
+    uint64_t *columns = PyMem_Malloc((size_t)(3 * limit + 1) * sizeof(uint64_t));
+    if (columns == NULL)
+        return PyErr_NoMemory();
+    uint64_t *ledgers = columns, *entries = columns + limit, *locations = columns + 2 * limit;
+    PyObject *irregular = NULL, *result = NULL;
+    Py_ssize_t n = 0;
+    int failed = 0;
+    while (n < limit) {
+        PyObject *pair = PyIter_Next(pairs);
+        if (pair == NULL) {
+            failed = PyErr_Occurred() != NULL;
+            break;
+        }
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
+            Py_DECREF(pair);
+            PyErr_SetString(PyExc_TypeError, "pairs must be (bytes, bytes) tuples");
+            failed = 1;
+            break;
+        }
+        PyObject *key = PyTuple_GET_ITEM(pair, 0), *value = PyTuple_GET_ITEM(pair, 1);
+        if (PyBytes_GET_SIZE(key) != 16 || PyBytes_GET_SIZE(value) != 8) {
+            irregular = pair;
+            break;
+        }
+        const uint8_t *k = (const uint8_t *)PyBytes_AS_STRING(key);
+        ledgers[n] = be64(k);
+        entries[n] = be64(k + 8);
+        locations[n++] = be64((const uint8_t *)PyBytes_AS_STRING(value));
+        Py_DECREF(pair);
+    }
+    if (!failed) {
+        Py_ssize_t bytes = n * (Py_ssize_t)sizeof(uint64_t);
+        result = Py_BuildValue("(y#y#y#O)", (const char *)ledgers, bytes, (const char *)entries, bytes,
+                               (const char *)locations, bytes, irregular ? irregular : Py_None);
+    }
+    Py_XDECREF(irregular);
+    PyMem_Free(columns);
+    return result;
+}
+
 /* ---- module ----------------------------------------------------------------------------------------- */
 
 static PyObject *crc_call(PyObject *args, uint32_t (*raw)(uint32_t, const uint8_t *, size_t)) {
@@ -1244,6 +1300,8 @@ static PyMethodDef module_methods[] = {
      "open_index_files(paths) -> [(fd, flags)]: `.idx` files opened read-only, their first bytes fetched ahead"},
     {"read_index_files", native_read_index_files, METH_VARARGS,
      "read_index_files(opened) -> (counts, entry ids, locations): small `.idx` files read, checked, sifted, closed"},
+    {"decode_location_pairs", native_decode_location_pairs, METH_VARARGS,
+     "decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular): a `locations` DB batch"},
     {"close_index_files", native_close_index_files, METH_VARARGS,
      "close_index_files(opened): files opened ahead and not read, closed"},
     {NULL},
