@@ -717,7 +717,7 @@ static PyTypeObject WalkerType = {
 
 /* ---- the index's locations: sorted runs, merged per log; the completeness count ------------------------ */
 
-/* Sorts (keys, a, b) by keys: a radix sort of (key, index) over the key bytes that differ, then a gather. */
+/* Sorts (keys, a, b) by keys (b may be NULL: no such column), stably: a radix sort of (key, index) over the key bytes that differ, then a gather. */
 static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n) {
     uint64_t differ = 0;
     for (size_t i = 1; i < n; i++)
@@ -751,7 +751,7 @@ static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n) {
     if (from_k != keys)
         memcpy(keys, from_k, n * sizeof(uint64_t));
     uint64_t *columns[2] = {a, b};
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < 2 && columns[c] != NULL; c++) {
         for (size_t i = 0; i < n; i++)
             spare[i] = columns[c][from_o[i]];
         memcpy(columns[c], spare, n * sizeof(uint64_t));
@@ -785,6 +785,37 @@ static PyObject *native_sort_by_location(PyObject *m, PyObject *args) {
     }
     for (int i = 0; i < 3; i++)
         PyBuffer_Release(&views[i]);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* sort_pairs(keys, values): two uint64 columns sorted by the first, stably, in place. */
+static PyObject *native_sort_pairs(PyObject *m, PyObject *args) {
+    PyObject *objects[2];
+    if (!PyArg_ParseTuple(args, "OO", &objects[0], &objects[1]))
+        return NULL;
+    Py_buffer views[2];
+    if (writable_uint64(objects[0], &views[0]) < 0)
+        return NULL;
+    if (writable_uint64(objects[1], &views[1]) < 0) {
+        PyBuffer_Release(&views[0]);
+        return NULL;
+    }
+    size_t n = (size_t)(views[0].len / 8);
+    int failed = 0;
+    if (views[1].len != views[0].len || n > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "two columns of one length (below 2^32) are sorted");
+        failed = 1;
+    } else if (n > 1) {
+        Py_BEGIN_ALLOW_THREADS
+        failed = sort_triples(views[0].buf, views[1].buf, NULL, n) < 0;
+        Py_END_ALLOW_THREADS
+        if (failed)
+            PyErr_NoMemory();
+    }
+    PyBuffer_Release(&views[0]);
+    PyBuffer_Release(&views[1]);
     if (failed)
         return NULL;
     Py_RETURN_NONE;
@@ -1292,6 +1323,8 @@ static PyMethodDef module_methods[] = {
     {"crc32", native_crc32, METH_VARARGS, "crc32(data, value=0): CRC32 as zlib computes it"},
     {"sort_by_location", native_sort_by_location, METH_VARARGS,
      "sort_by_location(locations, ledgers, entries): the three uint64 columns sorted by location, in place"},
+    {"sort_pairs", native_sort_pairs, METH_VARARGS,
+     "sort_pairs(keys, values): two uint64 columns sorted by the first, stably, in place"},
     {"merge_by_location", native_merge_by_location, METH_VARARGS,
      "merge_by_location([(locations, ledgers, entries)], locations, ledgers, entries, positions): sorted slices merged"},
     {"owned_count", native_owned_count, METH_VARARGS,
