@@ -1098,7 +1098,33 @@ done:
     return result;
 }
 
-/* The (fd, flags) pairs of a list as open_index_files returned it; -1 for any other item. */
+/* An opened file not read: closed, what was fetched for it dropped. */
+static void release_opened(int fd, int flags) {
+    if (flags & IDX_FETCHED)
+        posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
+/* The (fd, flags) of item `i` of a sequence as open_index_files returned it; fd -1 for any other item. */
+static void opened_file(PyObject *sequence, Py_ssize_t i, int *fd, int *flags) {
+    PyObject *item = PySequence_Fast_GET_ITEM(sequence, i);
+    *fd = -1, *flags = 0;
+    if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "ii", fd, flags))
+        PyErr_Clear(), *fd = -1;
+}
+
+/* Every file of `sequence` released unread: when it cannot be read (out of memory) or is not to be. */
+static void release_all_opened(PyObject *sequence) {
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sequence); i++) {
+        int fd, flags;
+        opened_file(sequence, i, &fd, &flags);
+        if (fd >= 0)
+            release_opened(fd, flags);
+    }
+}
+
+/* The (fd, flags) pairs of a list as open_index_files returned it, as two arrays; -1 (MemoryError) after releasing
+ * every file when the arrays cannot be had. */
 static int opened_files(PyObject *opened, Py_ssize_t *n, int **fds, int **flags) {
     PyObject *sequence = PySequence_Fast(opened, "a list of (fd, flags) as open_index_files returns");
     if (sequence == NULL)
@@ -1108,18 +1134,13 @@ static int opened_files(PyObject *opened, Py_ssize_t *n, int **fds, int **flags)
     *flags = PyMem_Calloc((size_t)*n + 1, sizeof(int));
     if (*fds == NULL || *flags == NULL) {
         PyMem_Free(*fds), PyMem_Free(*flags);
+        release_all_opened(sequence);
         Py_DECREF(sequence);
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(sequence, i);
-        int fd = -1, flag = 0;
-        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "ii", &fd, &flag))
-            PyErr_Clear(), fd = -1;
-        (*fds)[i] = fd;
-        (*flags)[i] = flag;
-    }
+    for (Py_ssize_t i = 0; i < *n; i++)
+        opened_file(sequence, i, &(*fds)[i], &(*flags)[i]);
     Py_DECREF(sequence);
     return 0;
 }
@@ -1195,7 +1216,7 @@ static PyObject *native_read_index_files(PyObject *m, PyObject *args) {
     } else {
         for (Py_ssize_t i = 0; i < n; i++)
             if (fds[i] >= 0)
-                close(fds[i]);
+                release_opened(fds[i], flags[i]);
     }
     PyObject *result = NULL;
     if (counts == NULL || buffer == NULL) {
@@ -1229,19 +1250,11 @@ static PyObject *native_close_index_files(PyObject *m, PyObject *args) {
     PyObject *opened;
     if (!PyArg_ParseTuple(args, "O", &opened))
         return NULL;
-    Py_ssize_t n;
-    int *fds, *flags;
-    if (opened_files(opened, &n, &fds, &flags) < 0)
+    PyObject *sequence = PySequence_Fast(opened, "a list of (fd, flags) as open_index_files returns");
+    if (sequence == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (fds[i] < 0)
-            continue;
-        if (flags[i] & IDX_FETCHED)
-            posix_fadvise(fds[i], 0, IDX_FIRST_READ, POSIX_FADV_DONTNEED);
-        close(fds[i]);
-    }
-    PyMem_Free(fds);
-    PyMem_Free(flags);
+    release_all_opened(sequence);
+    Py_DECREF(sequence);
     Py_RETURN_NONE;
 }
 
