@@ -6,6 +6,7 @@ checked on every corpus bookie and fault (tests/faults, test_scan_corpus) and on
 from __future__ import annotations
 
 import os
+import struct
 import zlib
 from array import array
 
@@ -20,6 +21,7 @@ from scanner.scan.completeness import owned_count
 from scanner.scan.location_sort import merged_by_location, sorted_by_location
 from scanner.scan.native_walker import NativeWalk
 from scanner.scan.python_walker import PythonWalk
+from scanner.storage.entry import DigestType, DigestVerifier, build_entry
 from scanner.storage.entrylog import EntryLog
 
 # Around the three-lane stretches (3 x 256 and 3 x 4096 bytes) and the 8-byte steps.
@@ -96,3 +98,20 @@ def copy(value):
     if isinstance(value, list):
         return [tuple(copy(c) for c in item) for item in value]
     return value
+
+
+def test_mac_digests_of_every_length_around_sha1_blocks_verify_natively_and_a_flipped_bit_fails(tmp_path):
+    # The MAC covers the 32-byte header and the payload: payloads of 0..200 bytes put SHA-1's padding on every side
+    # of its 64-byte blocks (the digest itself is also hashed again by the outer hash).
+    entries = [build_entry(7, n, n - 1, n, os.urandom(n), DigestType.HMAC, b"pw") for n in range(201)]
+    flipped = {n: entry[:-1] + bytes([entry[-1] ^ 1]) if n else entry[:40] + bytes([entry[40] ^ 1]) + entry[41:]
+               for n, entry in enumerate(entries) if n % 3 == 0}
+    records = b"".join(struct.pack(">i", len(e)) + flipped.get(n, e) for n, e in enumerate(entries))
+    path = tmp_path / "1.log"
+    path.write_bytes(struct.pack(">4siqi", b"BKLO", 1, 0, 0).ljust(1024, b"\0") + records)
+    with EntryLog(path, 1) as entry_log:
+        walk = walker.walk_records(entry_log, lambda ledger: DigestVerifier(DigestType.HMAC, b"pw"))
+        assert type(walk) is NativeWalk
+        failed = [failure.entry_id for failure in walk.failures()]
+    assert failed == sorted(flipped)
+    assert walk.stats.entries_verified == len(entries) - len(flipped)

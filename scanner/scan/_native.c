@@ -174,26 +174,37 @@ typedef struct {
 
 static inline uint32_t rol(uint32_t v, int n) { return (v << n) | (v >> (32 - n)); }
 
+/* One 64-byte block: the message schedule kept in 16 words, the rounds unrolled five at a time (the variables
+ * rotate by name, not by copying), the round functions without branches. */
+#define SHA1_W(i) (w[(i) & 15] = rol(w[((i) + 13) & 15] ^ w[((i) + 8) & 15] ^ w[((i) + 2) & 15] ^ w[(i) & 15], 1))
+#define SHA1_CH(b, c, d) ((d) ^ ((b) & ((c) ^ (d))))
+#define SHA1_PARITY(b, c, d) ((b) ^ (c) ^ (d))
+#define SHA1_MAJ(b, c, d) (((b) & (c)) | ((d) & ((b) | (c))))
+#define SHA1_ROUND(f, k, a, b, c, d, e, wi) (e += rol(a, 5) + f(b, c, d) + (k) + (wi), b = rol(b, 30))
+#define SHA1_FIVE(f, k, i, word)                                                                                   \
+    (SHA1_ROUND(f, k, a, b, c, d, e, word(i)), SHA1_ROUND(f, k, e, a, b, c, d, word((i) + 1)),                      \
+     SHA1_ROUND(f, k, d, e, a, b, c, word((i) + 2)), SHA1_ROUND(f, k, c, d, e, a, b, word((i) + 3)),                \
+     SHA1_ROUND(f, k, b, c, d, e, a, word((i) + 4)))
+#define SHA1_GIVEN(i) w[(i) & 15]
+
 static void sha1_block(uint32_t h[5], const uint8_t *p) {
-    uint32_t w[80];
+    uint32_t w[16];
     for (int i = 0; i < 16; i++)
         w[i] = be32(p + 4 * i);
-    for (int i = 16; i < 80; i++)
-        w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
     uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-    for (int i = 0; i < 80; i++) {
-        uint32_t f, k;
-        if (i < 20)
-            f = (b & c) | (~b & d), k = 0x5A827999u;
-        else if (i < 40)
-            f = b ^ c ^ d, k = 0x6ED9EBA1u;
-        else if (i < 60)
-            f = (b & c) | (b & d) | (c & d), k = 0x8F1BBCDCu;
-        else
-            f = b ^ c ^ d, k = 0xCA62C1D6u;
-        uint32_t t = rol(a, 5) + f + e + k + w[i];
-        e = d, d = c, c = rol(b, 30), b = a, a = t;
-    }
+    for (int i = 0; i < 15; i += 5)
+        SHA1_FIVE(SHA1_CH, 0x5A827999u, i, SHA1_GIVEN);
+    SHA1_ROUND(SHA1_CH, 0x5A827999u, a, b, c, d, e, w[15]);
+    SHA1_ROUND(SHA1_CH, 0x5A827999u, e, a, b, c, d, SHA1_W(16));
+    SHA1_ROUND(SHA1_CH, 0x5A827999u, d, e, a, b, c, SHA1_W(17));
+    SHA1_ROUND(SHA1_CH, 0x5A827999u, c, d, e, a, b, SHA1_W(18));
+    SHA1_ROUND(SHA1_CH, 0x5A827999u, b, c, d, e, a, SHA1_W(19));
+    for (int i = 20; i < 40; i += 5)
+        SHA1_FIVE(SHA1_PARITY, 0x6ED9EBA1u, i, SHA1_W);
+    for (int i = 40; i < 60; i += 5)
+        SHA1_FIVE(SHA1_MAJ, 0x8F1BBCDCu, i, SHA1_W);
+    for (int i = 60; i < 80; i += 5)
+        SHA1_FIVE(SHA1_PARITY, 0xCA62C1D6u, i, SHA1_W);
     h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
 }
 
