@@ -408,6 +408,13 @@ typedef struct {
     size_t fault_count;
     MacKey *keys; /* the keys of the MAC ledgers met */
     size_t key_count, key_capacity;
+    /* The pass's ledger table (use_table): a ledger met that is not learned yet is looked up there first. */
+    Py_buffer table_ids, table_kinds; /* sorted uint64 ids; each one's kind number (1 or 4 bytes) */
+    Py_buffer table_asked;            /* sorted uint64 ids of the table that Python answers for */
+    int have_table;
+    uint8_t *kind_method; /* per kind: how its ledgers are verified; PYTHON: ask Python (learn()) */
+    uint32_t *kind_key;   /* per kind: its MAC key's index among keys */
+    size_t kind_count;
     int busy;
 } Walker;
 
@@ -419,8 +426,21 @@ static void release_window(Walker *w) {
     w->window_count = w->j = 0;
 }
 
+static void release_table(Walker *w) {
+    if (w->have_table) {
+        PyBuffer_Release(&w->table_ids);
+        PyBuffer_Release(&w->table_kinds);
+        PyBuffer_Release(&w->table_asked);
+    }
+    w->have_table = 0;
+    PyMem_Free(w->kind_method);
+    PyMem_Free(w->kind_key);
+    w->kind_method = NULL, w->kind_key = NULL, w->kind_count = 0;
+}
+
 static void Walker_dealloc(Walker *w) {
     release_window(w);
+    release_table(w);
     PyMem_Free(w->ledgers.slots);
     PyMem_Free(w->keys);
     Py_TYPE(w)->tp_free((PyObject *)w);
@@ -478,6 +498,38 @@ typedef struct {
     int64_t c, d, e, f;
 } Stop;
 
+/* Where `value` is in the sorted uint64 column, or -1. */
+static Py_ssize_t position_in(const Py_buffer *column, uint64_t value) {
+    const uint64_t *values = column->buf;
+    size_t low = 0, high = (size_t)(column->len / 8);
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (values[middle] < value)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    return low < (size_t)(column->len / 8) && values[low] == value ? (Py_ssize_t)low : -1;
+}
+
+/* The ledger learned from the pass's table, when the table has it, Python does not answer for it and its kind is
+ * verified here; else NULL. */
+static Ledger *learned_from_table(Walker *w, uint64_t ledger) {
+    if (!w->have_table)
+        return NULL;
+    Py_ssize_t at = position_in(&w->table_ids, ledger);
+    if (at < 0 || position_in(&w->table_asked, ledger) >= 0)
+        return NULL;
+    size_t kind = w->table_kinds.itemsize == 1 ? ((const uint8_t *)w->table_kinds.buf)[at]
+                                                : ((const uint32_t *)w->table_kinds.buf)[at];
+    if (kind >= w->kind_count || w->kind_method[kind] == PYTHON)
+        return NULL;
+    w->last = NULL; /* slots move when the table grows */
+    if (add_ledger(&w->ledgers, ledger, w->kind_method[kind], w->kind_key[kind]) < 0)
+        return NULL; /* out of memory: Python's learn() raises */
+    return find_ledger(&w->ledgers, ledger);
+}
+
 /* Walks records of `chunk` (file bytes [base, base + len)) from `pos` until something stops it. */
 static Stop walk_chunk(Walker *w, const uint8_t *chunk, int64_t base, int64_t len, int64_t pos, int64_t stop) {
     for (;;) {
@@ -497,6 +549,8 @@ static Stop walk_chunk(Walker *w, const uint8_t *chunk, int64_t base, int64_t le
         Ledger *l = w->last;
         if (l == NULL || l->ledger != (uint64_t)ledger) {
             l = find_ledger(&w->ledgers, (uint64_t)ledger);
+            if (l == NULL)
+                l = learned_from_table(w, (uint64_t)ledger);
             if (l == NULL)
                 return (Stop){NEED_LEDGER, pos, (uint64_t)ledger};
             w->last = l;
@@ -552,6 +606,91 @@ static PyObject *Walker_walk(Walker *w, PyObject *args) {
                          (long long)s.c, (long long)s.d, (long long)s.e, (long long)s.f);
 }
 
+/* A MAC key (at most 64 bytes, checked by the caller) added to the walker's keys; its index in `index`. */
+static int add_key(Walker *w, const Py_buffer *key, uint32_t *index) {
+    if (w->key_count == w->key_capacity) {
+        size_t capacity = w->key_capacity ? 2 * w->key_capacity : 8;
+        MacKey *keys = PyMem_Realloc(w->keys, capacity * sizeof(MacKey));
+        if (keys == NULL)
+            return -1;
+        w->keys = keys, w->key_capacity = capacity;
+    }
+    mac_key_from(&w->keys[w->key_count], key->buf, (size_t)key->len);
+    *index = (uint32_t)w->key_count++;
+    return 0;
+}
+
+static int uint64_column(PyObject *object, Py_buffer *view);
+
+/* use_table(ids, kinds, methods, keys, asked): the pass's ledger table, consulted for every ledger met and not
+ * learned: ids sorted (uint64), kinds (array 'B' or 'I', one per id), per kind its method (bytes) and MAC key (None
+ * unless HMAC). A ledger the table lacks, one of `asked` (sorted uint64) and one of a kind whose method is PYTHON
+ * are asked of Python (learn()). */
+static PyObject *Walker_use_table(Walker *w, PyObject *args) {
+    PyObject *ids, *kinds, *keys, *asked;
+    Py_buffer methods;
+    if (!PyArg_ParseTuple(args, "OOy*OO", &ids, &kinds, &methods, &keys, &asked))
+        return NULL;
+    PyObject *key_list = w->busy ? NULL : PySequence_Fast(keys, "keys must be a sequence");
+    if (key_list == NULL) {
+        PyBuffer_Release(&methods);
+        if (w->busy)
+            PyErr_SetString(PyExc_ValueError, "the walker is in use");
+        return NULL;
+    }
+    PyObject *error_type = PyExc_ValueError;
+    const char *problem = NULL;
+    if (PySequence_Fast_GET_SIZE(key_list) != methods.len)
+        problem = "one key (or None) per method";
+    for (Py_ssize_t k = 0; problem == NULL && k < methods.len; k++) {
+        int method = ((const uint8_t *)methods.buf)[k];
+        PyObject *key = PySequence_Fast_GET_ITEM(key_list, k);
+        if (method > HMAC)
+            problem = "unknown verification method";
+        else if (method == HMAC && (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) > 64))
+            problem = "a MAC kind needs its key (bytes, at most 64)";
+    }
+    release_table(w);
+    if (problem == NULL) {
+        w->kind_method = PyMem_Calloc((size_t)methods.len + 1, 1);
+        w->kind_key = PyMem_Calloc((size_t)methods.len + 1, sizeof(uint32_t));
+        if (w->kind_method == NULL || w->kind_key == NULL)
+            problem = "out of memory", error_type = PyExc_MemoryError;
+    }
+    for (Py_ssize_t k = 0; problem == NULL && k < methods.len; k++) {
+        w->kind_method[k] = ((const uint8_t *)methods.buf)[k];
+        if (w->kind_method[k] == HMAC) {
+            PyObject *key = PySequence_Fast_GET_ITEM(key_list, k);
+            Py_buffer view = {.buf = PyBytes_AS_STRING(key), .len = PyBytes_GET_SIZE(key)};
+            if (add_key(w, &view, &w->kind_key[k]) < 0)
+                problem = "out of memory", error_type = PyExc_MemoryError;
+        }
+    }
+    w->kind_count = (size_t)methods.len;
+    PyBuffer_Release(&methods);
+    Py_DECREF(key_list);
+    if (problem == NULL && uint64_column(ids, &w->table_ids) == 0) {
+        if (uint64_column(asked, &w->table_asked) < 0) {
+            PyBuffer_Release(&w->table_ids);
+        } else if (PyObject_GetBuffer(kinds, &w->table_kinds, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            PyBuffer_Release(&w->table_ids);
+            PyBuffer_Release(&w->table_asked);
+        } else {
+            w->have_table = 1;
+            if ((w->table_kinds.itemsize != 1 && w->table_kinds.itemsize != 4) || w->table_kinds.ndim != 1 ||
+                w->table_kinds.len / w->table_kinds.itemsize != w->table_ids.len / 8)
+                problem = "kinds must be one unsigned byte or 4-byte number per id";
+        }
+    }
+    if (problem != NULL || !w->have_table) {
+        release_table(w);
+        if (problem != NULL)
+            PyErr_SetString(error_type, problem);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Walker_learn(Walker *w, PyObject *args) {
     unsigned long long ledger;
     int method;
@@ -566,18 +705,9 @@ static PyObject *Walker_learn(Walker *w, PyObject *args) {
     else if (w->busy)
         problem = "the walker is in use";
     uint32_t index = 0;
-    if (problem == NULL && method == HMAC) {
-        if (w->key_count == w->key_capacity) {
-            size_t capacity = w->key_capacity ? 2 * w->key_capacity : 8;
-            MacKey *keys = PyMem_Realloc(w->keys, capacity * sizeof(MacKey));
-            if (keys == NULL) {
-                PyBuffer_Release(&key);
-                return PyErr_NoMemory();
-            }
-            w->keys = keys, w->key_capacity = capacity;
-        }
-        mac_key_from(&w->keys[w->key_count], key.buf, (size_t)key.len);
-        index = (uint32_t)w->key_count++;
+    if (problem == NULL && method == HMAC && add_key(w, &key, &index) < 0) {
+        PyBuffer_Release(&key);
+        return PyErr_NoMemory();
     }
     if (key.buf != NULL)
         PyBuffer_Release(&key);
@@ -700,6 +830,8 @@ static PyObject *Walker_last_record(Walker *w, PyObject *unused) {
 static PyMethodDef Walker_methods[] = {
     {"walk", (PyCFunction)Walker_walk, METH_VARARGS,
      "walk(chunk, base, pos, stop) -> (status, pos, a, b, c, d, e, f): walk the chunk's records from pos"},
+    {"use_table", (PyCFunction)Walker_use_table, METH_VARARGS,
+     "use_table(ids, kinds, methods, keys, asked): the pass's ledger table, looked up for every ledger not learned"},
     {"learn", (PyCFunction)Walker_learn, METH_VARARGS,
      "learn(ledger, method, key=None): how the ledger's records are verified (HMAC: with this key)"},
     {"set_window", (PyCFunction)Walker_set_window, METH_VARARGS,

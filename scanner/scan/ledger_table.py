@@ -67,6 +67,12 @@ class LedgerTable:
                 self._ids, self._kinds = native_array(ids, "Q"), native_array(kinds, typecode)
         self._frozen = True
 
+    def columns(self) -> tuple[array, array, list[DigestVerifier | None]]:
+        """(ids ascending, each one's kind number, each kind's verifier): the table as the native walker looks ledgers
+        up in it (frozen first)."""
+        self.freeze()
+        return self._ids, self._kinds, self._verifiers
+
     def __contains__(self, ledger_id: int) -> bool:
         return self._find(ledger_id) is not None
 
