@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
+from corpus import reference_walker
+from scanner.scan.native import native_code
 from scanner.storage.bookie import DbStorage, EntryLogFile, open_bookie
 from scanner.storage.dbstorage import (
     DbLedgerIndex,
@@ -242,3 +244,39 @@ def test_a_db_given_by_a_relative_path_opens(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with ReadOnlyRocksDb(Path("current", "ledgers"), work) as db:
         assert db.get(ledger_key(7)) == ledger_data()
+
+
+@pytest.mark.parametrize("irregular", [None, (b"\0" * 7 + b"\3" + b"\0" * 7, location_value(1, 1028)),
+                                       (location_key(2, 5000), b"\0\0\0\1")],
+                         ids=["regular", "short key in the third batch", "short value in the second batch"])
+def test_locations_decoded_natively_are_what_the_python_batches_give(tmp_path, irregular):
+    # Ledgers across batch boundaries, entries without a location (0), the storage flags' negative keys after them.
+    locations = {location_key(ledger_id, entry_id): location_value(ledger_id, 1028 + entry_id) if entry_id % 7 else
+                 bytes(8) for ledger_id, count in [(1, 3000), (2, 6000), (3, 1), (9, 100)] for entry_id in range(count)}
+    locations[location_key(STORAGE_FLAGS_KEY, 0)] = location_value(1, 1028)
+    if irregular is not None:
+        locations[irregular[0]] = irregular[1]
+    current = tmp_path / "current"
+    write_db(current / "ledgers", {})
+    write_db(current / "locations", locations)
+
+    def read() -> tuple[list, str | None]:
+        found = []
+        with DbLedgerIndex(current, tmp_path) as index:
+            try:
+                for ledger_id, entry_ids, raw_locations in index.ledger_locations():
+                    found.append((ledger_id, list(entry_ids), list(raw_locations)))
+            except MalformedDbRecord as error:
+                return found, str(error)
+        return found, None
+
+    assert native_code() is not None, "the native code is not built"
+    native = read()
+    with reference_walker():
+        assert read() == native
+    found, error = native
+    if irregular is None:
+        assert error is None and [ledger_id for ledger_id, _, _ in found] == [1, 2, 3, 9]
+        assert found[1][1] == [e for e in range(6000) if e % 7]
+    else:
+        assert error is not None and str(current) in error and [ledger_id for ledger_id, _, _ in found] == [1]

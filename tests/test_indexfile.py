@@ -11,8 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corpus import reference_walker
+from scanner.scan.native import native_code
 from scanner.storage.entry import master_key
 from scanner.storage.indexfile import (
+    FETCH_AHEAD_FILES,
     BadExplicitLacLength,
     BadIndexSignature,
     BadMasterKeyLength,
@@ -25,6 +28,7 @@ from scanner.storage.indexfile import (
     index_file_path,
     index_files,
     indexed_ledger_ids,
+    read_index_files,
 )
 from scanner.storage.location import EntryLocation, nonzero_slots
 
@@ -264,3 +268,70 @@ def test_the_used_slots_of_a_page_are_its_entries_whatever_their_number(slots, f
     # Every slot used, a few slots (sifted by iterators) and many slots (sifted by pyarrow).
     entry_ids, values = nonzero_slots(array("Q", slots), first)
     assert list(zip(entry_ids, values)) == [(first + i, raw) for i, raw in enumerate(slots) if raw]
+
+
+def _read_both_ways(files) -> list:
+    """read_index_files natively and with the reference forced: both must give the same, errors worded alike."""
+    def read():
+        return [(ledger_id, None if ids is None else list(ids), repr(found) if ids is None else list(found))
+                for ledger_id, ids, found in read_index_files(list(files))]
+
+    assert native_code() is not None, "the native code is not built"
+    native = read()
+    with reference_walker():
+        reference = read()
+    assert native == reference
+    return native
+
+
+def test_the_native_reader_reads_every_kind_of_file_as_the_python_reader_does(tmp_path):
+    location = EntryLocation(3, 1028)
+    contents = {
+        1: header() + body({0: location, 1: location})[:40] + b"\xff" * 8,  # read unsigned
+        2: header(version=0, state_bits=1) + body({}),
+        3: header(lac=bytes(16)) + body({0: location})[:8 * 3 + 5],  # size not a whole number of slots
+        4: header(),
+        5: b"",
+        6: header()[:11],
+        7: b"BKLX" + header()[4:],
+        8: header(version=2),
+        9: header(key_length=-1),
+        10: header(key_length=2**31 - 1),
+        11: header(lac_length=15),
+        12: header(lac_length=1024 - 40 + 1),
+        13: header()[:12 + len(KEY) + 2],
+        14: header(lac=bytes(20))[:12 + len(KEY) + 8 + 10],
+        15: header()[:12 + len(KEY) + 8],
+        16: header() + body({i: EntryLocation(1, 1024 + i) for i in range(0, 9000, 7)}, pages=9),  # past one read
+        17: header() + body({8191: location}, pages=8),  # the last slot of the first read
+        18: header(lac=bytes(1024 - 12 - len(KEY) - 8)) + body({2: location}),
+    }
+    for ledger_id, data in contents.items():
+        path = tmp_path / index_file_path(ledger_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    gone = (19, str(tmp_path / index_file_path(19)))
+    read = _read_both_ways([*index_files(tmp_path), gone])
+    by_ledger = {ledger_id: (ids, found) for ledger_id, ids, found in read}
+    assert sorted(by_ledger) == list(range(1, 19))  # the file gone is left out
+    assert by_ledger[1] == ([0, 1, 5], [location.encode()] * 2 + [2**64 - 1])
+    assert by_ledger[3] == ([0], [location.encode()])
+    assert by_ledger[16][0] == list(range(0, 9000, 7))
+    assert by_ledger[17] == ([8191], [location.encode()])
+    assert sorted(ledger_id for ledger_id, (ids, _) in by_ledger.items() if ids is None) == list(range(5, 15))
+    assert by_ledger[7][1].startswith("BadIndexSignature(")
+
+
+def test_the_native_reader_closes_every_file_it_opened_ahead_when_stopped_early(tmp_path):
+    for ledger_id in range(1, 200):
+        path = tmp_path / index_file_path(ledger_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(header() + body({0: EntryLocation(1, 1024 + ledger_id)}))
+    files = list(index_files(tmp_path))
+    before = _open_fds()
+    reader = read_index_files(files)
+    assert next(reader)[0] == files[0][0]
+    assert _open_fds() == before + FETCH_AHEAD_FILES  # the window after the one read
+    reader.close()
+    assert _open_fds() == before
+    assert [ledger_id for ledger_id, _, _ in _read_both_ways(files)] == [ledger_id for ledger_id, _ in files]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 
+from corpus import reference_walker
 from scanner.scan.ledger_table import LedgerTable
+from scanner.scan.native import native_code
 from scanner.storage.entry import DigestType, build_entry
 
 PASSWORDS = (b"", b"secret", b"other")
@@ -55,3 +57,22 @@ def test_more_kinds_than_a_byte_numbers_keep_their_ledgers_apart():
         verifier = table.verifier(ledger_id)
         for password, right in ((b"password %d" % ledger_id, True), (b"password 0", False)):
             assert verifier.verify(memoryview(build_entry(ledger_id, 0, -1, 1, b"x", DigestType.HMAC, password))) is right
+
+
+def test_the_native_sort_orders_the_table_as_pyarrow_does():
+    rng = random.Random(4)
+    ids = [rng.randrange(2**64) for _ in range(3000)] + [7] * 5 + [2**40 + 3] * 3  # repeats keep their order
+    rng.shuffle(ids)
+
+    def frozen() -> tuple[list[int], list[int]]:
+        table = LedgerTable()
+        for n, ledger_id in enumerate(ids):
+            table.add(ledger_id, list(DigestType)[n % len(DigestType)], PASSWORDS[n % 3])
+        table.freeze()
+        return list(table._ids), list(table._kinds)
+
+    assert native_code() is not None, "the native code is not built"
+    native = frozen()
+    with reference_walker():
+        assert frozen() == native
+    assert native[0] == sorted(ids)

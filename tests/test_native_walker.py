@@ -6,6 +6,7 @@ checked on every corpus bookie and fault (tests/faults, test_scan_corpus) and on
 from __future__ import annotations
 
 import os
+import struct
 import zlib
 from array import array
 
@@ -17,9 +18,12 @@ from corpus import reference_walker
 from scanner.cli import main
 from scanner.scan import native, walker
 from scanner.scan.completeness import owned_count
+from scanner.scan.ledger_table import LedgerTable
 from scanner.scan.location_sort import merged_by_location, sorted_by_location
 from scanner.scan.native_walker import NativeWalk
 from scanner.scan.python_walker import PythonWalk
+from scanner.scan.walk_data import KnownLedgers
+from scanner.storage.entry import DigestType, DigestVerifier, build_entry
 from scanner.storage.entrylog import EntryLog
 
 # Around the three-lane stretches (3 x 256 and 3 x 4096 bytes) and the 8-byte steps.
@@ -96,3 +100,56 @@ def copy(value):
     if isinstance(value, list):
         return [tuple(copy(c) for c in item) for item in value]
     return value
+
+
+def test_mac_digests_of_every_length_around_sha1_blocks_verify_natively_and_a_flipped_bit_fails(tmp_path):
+    # The MAC covers the 32-byte header and the payload: payloads of 0..200 bytes put SHA-1's padding on every side
+    # of its 64-byte blocks (the digest itself is also hashed again by the outer hash).
+    entries = [build_entry(7, n, n - 1, n, os.urandom(n), DigestType.HMAC, b"pw") for n in range(201)]
+    flipped = {n: entry[:-1] + bytes([entry[-1] ^ 1]) if n else entry[:40] + bytes([entry[40] ^ 1]) + entry[41:]
+               for n, entry in enumerate(entries) if n % 3 == 0}
+    records = b"".join(struct.pack(">i", len(e)) + flipped.get(n, e) for n, e in enumerate(entries))
+    path = tmp_path / "1.log"
+    path.write_bytes(struct.pack(">4siqi", b"BKLO", 1, 0, 0).ljust(1024, b"\0") + records)
+    with EntryLog(path, 1) as entry_log:
+        walk = walker.walk_records(entry_log, lambda ledger: DigestVerifier(DigestType.HMAC, b"pw"))
+        assert type(walk) is NativeWalk
+        failed = [failure.entry_id for failure in walk.failures()]
+    assert failed == sorted(flipped)
+    assert walk.stats.entries_verified == len(entries) - len(flipped)
+
+
+def test_the_native_walker_looks_the_pass_table_up_itself_and_asks_only_for_the_rest(tmp_path):
+    # Ledgers 1-4 in the table (CRC32C, MAC, no digest, CRC32), 2 of them answered otherwise (asked); 5, 6 not in it.
+    kinds = [(DigestType.CRC32C, b""), (DigestType.HMAC, b"pw"), (None, b""), (DigestType.CRC32, b"")]
+    table = LedgerTable()
+    for ledger_id, (digest_type, password) in zip([4, 1, 3, 2], [kinds[3], kinds[0], kinds[2], kinds[1]]):
+        table.add(ledger_id, digest_type, password)
+    by_ledger = {1: DigestVerifier(DigestType.CRC32C, b""), 2: DigestVerifier(DigestType.HMAC, b"pw"), 3: None,
+                 4: DigestVerifier(DigestType.CRC32, b""), 5: DigestVerifier(DigestType.DUMMY, b""), 6: None}
+    entries = [build_entry(ledger_id, entry_id, entry_id - 1, 5, b"12345",
+                           (by_ledger[ledger_id] or by_ledger[1]).digest_type, b"pw")
+               for entry_id in range(3) for ledger_id in range(1, 7)]
+    entries[7] = entries[7][:-1] + b"!"  # ledger 2 entry 1
+    entries[9] = entries[9][:-1] + b"!"  # ledger 4 entry 1: failed where the table answered
+    path = tmp_path / "1.log"
+    path.write_bytes(struct.pack(">4siqi", b"BKLO", 1, 0, 0).ljust(1024, b"\0")
+                     + b"".join(struct.pack(">i", len(e)) + e for e in entries))
+    asked = []
+
+    def verifier_for(ledger_id):
+        asked.append(ledger_id)
+        return by_ledger[ledger_id]
+
+    def walked(walk_class, **known):
+        with EntryLog(path, 1) as entry_log:
+            walk = walk_class(entry_log, verifier_for, **known)
+            failures = list(walk.failures())
+        stats = walk.stats
+        return failures, (stats.entries_verified, stats.entries_skipped, stats.entries_failed, stats.ledger_bytes)
+
+    native = walked(NativeWalk, known=KnownLedgers(*table.columns(), asked=array("Q", [2])))
+    assert sorted(asked) == [2, 4, 5, 6]  # 4: for its failure's reason only
+    assert walked(PythonWalk) == native
+    assert [(f.ledger_id, f.entry_id) for f in native[0]] == [(2, 1), (4, 1)]
+    assert "CRC32 digest mismatch" in native[0][1].reason

@@ -9,6 +9,9 @@
  * window of locations, a digest failure, a record Python verifies (MAC), or a full list of index faults. Every
  * length and offset read from the chunk is checked against the chunk before it is used.
  *
+ * The index's `.idx` files are read here too, a window of small ones per call (see the section on them), and the
+ * index's locations sorted and merged for the walks.
+ *
  * CRC32C uses SSE4.2 (three interleaved lanes over long stretches) when the CPU has it, checked at import;
  * otherwise, and for CRC32, tables eight bytes at a time. MAC digests are HMAC-SHA1, SHA-1 written out here.
  */
@@ -17,6 +20,11 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <nmmintrin.h>
@@ -166,26 +174,37 @@ typedef struct {
 
 static inline uint32_t rol(uint32_t v, int n) { return (v << n) | (v >> (32 - n)); }
 
+/* One 64-byte block: the message schedule kept in 16 words, the rounds unrolled five at a time (the variables
+ * rotate by name, not by copying), the round functions without branches. */
+#define SHA1_W(i) (w[(i) & 15] = rol(w[((i) + 13) & 15] ^ w[((i) + 8) & 15] ^ w[((i) + 2) & 15] ^ w[(i) & 15], 1))
+#define SHA1_CH(b, c, d) ((d) ^ ((b) & ((c) ^ (d))))
+#define SHA1_PARITY(b, c, d) ((b) ^ (c) ^ (d))
+#define SHA1_MAJ(b, c, d) (((b) & (c)) | ((d) & ((b) | (c))))
+#define SHA1_ROUND(f, k, a, b, c, d, e, wi) (e += rol(a, 5) + f(b, c, d) + (k) + (wi), b = rol(b, 30))
+#define SHA1_FIVE(f, k, i, word)                                                                                   \
+    (SHA1_ROUND(f, k, a, b, c, d, e, word(i)), SHA1_ROUND(f, k, e, a, b, c, d, word((i) + 1)),                      \
+     SHA1_ROUND(f, k, d, e, a, b, c, word((i) + 2)), SHA1_ROUND(f, k, c, d, e, a, b, word((i) + 3)),                \
+     SHA1_ROUND(f, k, b, c, d, e, a, word((i) + 4)))
+#define SHA1_GIVEN(i) w[(i) & 15]
+
 static void sha1_block(uint32_t h[5], const uint8_t *p) {
-    uint32_t w[80];
+    uint32_t w[16];
     for (int i = 0; i < 16; i++)
         w[i] = be32(p + 4 * i);
-    for (int i = 16; i < 80; i++)
-        w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
     uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-    for (int i = 0; i < 80; i++) {
-        uint32_t f, k;
-        if (i < 20)
-            f = (b & c) | (~b & d), k = 0x5A827999u;
-        else if (i < 40)
-            f = b ^ c ^ d, k = 0x6ED9EBA1u;
-        else if (i < 60)
-            f = (b & c) | (b & d) | (c & d), k = 0x8F1BBCDCu;
-        else
-            f = b ^ c ^ d, k = 0xCA62C1D6u;
-        uint32_t t = rol(a, 5) + f + e + k + w[i];
-        e = d, d = c, c = rol(b, 30), b = a, a = t;
-    }
+    for (int i = 0; i < 15; i += 5)
+        SHA1_FIVE(SHA1_CH, 0x5A827999u, i, SHA1_GIVEN);
+    SHA1_ROUND(SHA1_CH, 0x5A827999u, a, b, c, d, e, w[15]);
+    SHA1_ROUND(SHA1_CH, 0x5A827999u, e, a, b, c, d, SHA1_W(16));
+    SHA1_ROUND(SHA1_CH, 0x5A827999u, d, e, a, b, c, SHA1_W(17));
+    SHA1_ROUND(SHA1_CH, 0x5A827999u, c, d, e, a, b, SHA1_W(18));
+    SHA1_ROUND(SHA1_CH, 0x5A827999u, b, c, d, e, a, SHA1_W(19));
+    for (int i = 20; i < 40; i += 5)
+        SHA1_FIVE(SHA1_PARITY, 0x6ED9EBA1u, i, SHA1_W);
+    for (int i = 40; i < 60; i += 5)
+        SHA1_FIVE(SHA1_MAJ, 0x8F1BBCDCu, i, SHA1_W);
+    for (int i = 60; i < 80; i += 5)
+        SHA1_FIVE(SHA1_PARITY, 0xCA62C1D6u, i, SHA1_W);
     h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
 }
 
@@ -389,6 +408,13 @@ typedef struct {
     size_t fault_count;
     MacKey *keys; /* the keys of the MAC ledgers met */
     size_t key_count, key_capacity;
+    /* The pass's ledger table (use_table): a ledger met that is not learned yet is looked up there first. */
+    Py_buffer table_ids, table_kinds; /* sorted uint64 ids; each one's kind number (1 or 4 bytes) */
+    Py_buffer table_asked;            /* sorted uint64 ids of the table that Python answers for */
+    int have_table;
+    uint8_t *kind_method; /* per kind: how its ledgers are verified; PYTHON: ask Python (learn()) */
+    uint32_t *kind_key;   /* per kind: its MAC key's index among keys */
+    size_t kind_count;
     int busy;
 } Walker;
 
@@ -400,8 +426,21 @@ static void release_window(Walker *w) {
     w->window_count = w->j = 0;
 }
 
+static void release_table(Walker *w) {
+    if (w->have_table) {
+        PyBuffer_Release(&w->table_ids);
+        PyBuffer_Release(&w->table_kinds);
+        PyBuffer_Release(&w->table_asked);
+    }
+    w->have_table = 0;
+    PyMem_Free(w->kind_method);
+    PyMem_Free(w->kind_key);
+    w->kind_method = NULL, w->kind_key = NULL, w->kind_count = 0;
+}
+
 static void Walker_dealloc(Walker *w) {
     release_window(w);
+    release_table(w);
     PyMem_Free(w->ledgers.slots);
     PyMem_Free(w->keys);
     Py_TYPE(w)->tp_free((PyObject *)w);
@@ -459,6 +498,38 @@ typedef struct {
     int64_t c, d, e, f;
 } Stop;
 
+/* Where `value` is in the sorted uint64 column, or -1. */
+static Py_ssize_t position_in(const Py_buffer *column, uint64_t value) {
+    const uint64_t *values = column->buf;
+    size_t low = 0, high = (size_t)(column->len / 8);
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (values[middle] < value)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    return low < (size_t)(column->len / 8) && values[low] == value ? (Py_ssize_t)low : -1;
+}
+
+/* The ledger learned from the pass's table, when the table has it, Python does not answer for it and its kind is
+ * verified here; else NULL. */
+static Ledger *learned_from_table(Walker *w, uint64_t ledger) {
+    if (!w->have_table)
+        return NULL;
+    Py_ssize_t at = position_in(&w->table_ids, ledger);
+    if (at < 0 || position_in(&w->table_asked, ledger) >= 0)
+        return NULL;
+    size_t kind = w->table_kinds.itemsize == 1 ? ((const uint8_t *)w->table_kinds.buf)[at]
+                                                : ((const uint32_t *)w->table_kinds.buf)[at];
+    if (kind >= w->kind_count || w->kind_method[kind] == PYTHON)
+        return NULL;
+    w->last = NULL; /* slots move when the table grows */
+    if (add_ledger(&w->ledgers, ledger, w->kind_method[kind], w->kind_key[kind]) < 0)
+        return NULL; /* out of memory: Python's learn() raises */
+    return find_ledger(&w->ledgers, ledger);
+}
+
 /* Walks records of `chunk` (file bytes [base, base + len)) from `pos` until something stops it. */
 static Stop walk_chunk(Walker *w, const uint8_t *chunk, int64_t base, int64_t len, int64_t pos, int64_t stop) {
     for (;;) {
@@ -478,6 +549,8 @@ static Stop walk_chunk(Walker *w, const uint8_t *chunk, int64_t base, int64_t le
         Ledger *l = w->last;
         if (l == NULL || l->ledger != (uint64_t)ledger) {
             l = find_ledger(&w->ledgers, (uint64_t)ledger);
+            if (l == NULL)
+                l = learned_from_table(w, (uint64_t)ledger);
             if (l == NULL)
                 return (Stop){NEED_LEDGER, pos, (uint64_t)ledger};
             w->last = l;
@@ -533,6 +606,91 @@ static PyObject *Walker_walk(Walker *w, PyObject *args) {
                          (long long)s.c, (long long)s.d, (long long)s.e, (long long)s.f);
 }
 
+/* A MAC key (at most 64 bytes, checked by the caller) added to the walker's keys; its index in `index`. */
+static int add_key(Walker *w, const Py_buffer *key, uint32_t *index) {
+    if (w->key_count == w->key_capacity) {
+        size_t capacity = w->key_capacity ? 2 * w->key_capacity : 8;
+        MacKey *keys = PyMem_Realloc(w->keys, capacity * sizeof(MacKey));
+        if (keys == NULL)
+            return -1;
+        w->keys = keys, w->key_capacity = capacity;
+    }
+    mac_key_from(&w->keys[w->key_count], key->buf, (size_t)key->len);
+    *index = (uint32_t)w->key_count++;
+    return 0;
+}
+
+static int uint64_column(PyObject *object, Py_buffer *view);
+
+/* use_table(ids, kinds, methods, keys, asked): the pass's ledger table, consulted for every ledger met and not
+ * learned: ids sorted (uint64), kinds (array 'B' or 'I', one per id), per kind its method (bytes) and MAC key (None
+ * unless HMAC). A ledger the table lacks, one of `asked` (sorted uint64) and one of a kind whose method is PYTHON
+ * are asked of Python (learn()). */
+static PyObject *Walker_use_table(Walker *w, PyObject *args) {
+    PyObject *ids, *kinds, *keys, *asked;
+    Py_buffer methods;
+    if (!PyArg_ParseTuple(args, "OOy*OO", &ids, &kinds, &methods, &keys, &asked))
+        return NULL;
+    PyObject *key_list = w->busy ? NULL : PySequence_Fast(keys, "keys must be a sequence");
+    if (key_list == NULL) {
+        PyBuffer_Release(&methods);
+        if (w->busy)
+            PyErr_SetString(PyExc_ValueError, "the walker is in use");
+        return NULL;
+    }
+    PyObject *error_type = PyExc_ValueError;
+    const char *problem = NULL;
+    if (PySequence_Fast_GET_SIZE(key_list) != methods.len)
+        problem = "one key (or None) per method";
+    for (Py_ssize_t k = 0; problem == NULL && k < methods.len; k++) {
+        int method = ((const uint8_t *)methods.buf)[k];
+        PyObject *key = PySequence_Fast_GET_ITEM(key_list, k);
+        if (method > HMAC)
+            problem = "unknown verification method";
+        else if (method == HMAC && (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) > 64))
+            problem = "a MAC kind needs its key (bytes, at most 64)";
+    }
+    release_table(w);
+    if (problem == NULL) {
+        w->kind_method = PyMem_Calloc((size_t)methods.len + 1, 1);
+        w->kind_key = PyMem_Calloc((size_t)methods.len + 1, sizeof(uint32_t));
+        if (w->kind_method == NULL || w->kind_key == NULL)
+            problem = "out of memory", error_type = PyExc_MemoryError;
+    }
+    for (Py_ssize_t k = 0; problem == NULL && k < methods.len; k++) {
+        w->kind_method[k] = ((const uint8_t *)methods.buf)[k];
+        if (w->kind_method[k] == HMAC) {
+            PyObject *key = PySequence_Fast_GET_ITEM(key_list, k);
+            Py_buffer view = {.buf = PyBytes_AS_STRING(key), .len = PyBytes_GET_SIZE(key)};
+            if (add_key(w, &view, &w->kind_key[k]) < 0)
+                problem = "out of memory", error_type = PyExc_MemoryError;
+        }
+    }
+    w->kind_count = (size_t)methods.len;
+    PyBuffer_Release(&methods);
+    Py_DECREF(key_list);
+    if (problem == NULL && uint64_column(ids, &w->table_ids) == 0) {
+        if (uint64_column(asked, &w->table_asked) < 0) {
+            PyBuffer_Release(&w->table_ids);
+        } else if (PyObject_GetBuffer(kinds, &w->table_kinds, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            PyBuffer_Release(&w->table_ids);
+            PyBuffer_Release(&w->table_asked);
+        } else {
+            w->have_table = 1;
+            if ((w->table_kinds.itemsize != 1 && w->table_kinds.itemsize != 4) || w->table_kinds.ndim != 1 ||
+                w->table_kinds.len / w->table_kinds.itemsize != w->table_ids.len / 8)
+                problem = "kinds must be one unsigned byte or 4-byte number per id";
+        }
+    }
+    if (problem != NULL || !w->have_table) {
+        release_table(w);
+        if (problem != NULL)
+            PyErr_SetString(error_type, problem);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Walker_learn(Walker *w, PyObject *args) {
     unsigned long long ledger;
     int method;
@@ -547,18 +705,9 @@ static PyObject *Walker_learn(Walker *w, PyObject *args) {
     else if (w->busy)
         problem = "the walker is in use";
     uint32_t index = 0;
-    if (problem == NULL && method == HMAC) {
-        if (w->key_count == w->key_capacity) {
-            size_t capacity = w->key_capacity ? 2 * w->key_capacity : 8;
-            MacKey *keys = PyMem_Realloc(w->keys, capacity * sizeof(MacKey));
-            if (keys == NULL) {
-                PyBuffer_Release(&key);
-                return PyErr_NoMemory();
-            }
-            w->keys = keys, w->key_capacity = capacity;
-        }
-        mac_key_from(&w->keys[w->key_count], key.buf, (size_t)key.len);
-        index = (uint32_t)w->key_count++;
+    if (problem == NULL && method == HMAC && add_key(w, &key, &index) < 0) {
+        PyBuffer_Release(&key);
+        return PyErr_NoMemory();
     }
     if (key.buf != NULL)
         PyBuffer_Release(&key);
@@ -681,6 +830,8 @@ static PyObject *Walker_last_record(Walker *w, PyObject *unused) {
 static PyMethodDef Walker_methods[] = {
     {"walk", (PyCFunction)Walker_walk, METH_VARARGS,
      "walk(chunk, base, pos, stop) -> (status, pos, a, b, c, d, e, f): walk the chunk's records from pos"},
+    {"use_table", (PyCFunction)Walker_use_table, METH_VARARGS,
+     "use_table(ids, kinds, methods, keys, asked): the pass's ledger table, looked up for every ledger not learned"},
     {"learn", (PyCFunction)Walker_learn, METH_VARARGS,
      "learn(ledger, method, key=None): how the ledger's records are verified (HMAC: with this key)"},
     {"set_window", (PyCFunction)Walker_set_window, METH_VARARGS,
@@ -709,7 +860,7 @@ static PyTypeObject WalkerType = {
 
 /* ---- the index's locations: sorted runs, merged per log; the completeness count ------------------------ */
 
-/* Sorts (keys, a, b) by keys: a radix sort of (key, index) over the key bytes that differ, then a gather. */
+/* Sorts (keys, a, b) by keys (b may be NULL: no such column), stably: a radix sort of (key, index) over the key bytes that differ, then a gather. */
 static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n) {
     uint64_t differ = 0;
     for (size_t i = 1; i < n; i++)
@@ -743,7 +894,7 @@ static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n) {
     if (from_k != keys)
         memcpy(keys, from_k, n * sizeof(uint64_t));
     uint64_t *columns[2] = {a, b};
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < 2 && columns[c] != NULL; c++) {
         for (size_t i = 0; i < n; i++)
             spare[i] = columns[c][from_o[i]];
         memcpy(columns[c], spare, n * sizeof(uint64_t));
@@ -777,6 +928,37 @@ static PyObject *native_sort_by_location(PyObject *m, PyObject *args) {
     }
     for (int i = 0; i < 3; i++)
         PyBuffer_Release(&views[i]);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* sort_pairs(keys, values): two uint64 columns sorted by the first, stably, in place. */
+static PyObject *native_sort_pairs(PyObject *m, PyObject *args) {
+    PyObject *objects[2];
+    if (!PyArg_ParseTuple(args, "OO", &objects[0], &objects[1]))
+        return NULL;
+    Py_buffer views[2];
+    if (writable_uint64(objects[0], &views[0]) < 0)
+        return NULL;
+    if (writable_uint64(objects[1], &views[1]) < 0) {
+        PyBuffer_Release(&views[0]);
+        return NULL;
+    }
+    size_t n = (size_t)(views[0].len / 8);
+    int failed = 0;
+    if (views[1].len != views[0].len || n > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "two columns of one length (below 2^32) are sorted");
+        failed = 1;
+    } else if (n > 1) {
+        Py_BEGIN_ALLOW_THREADS
+        failed = sort_triples(views[0].buf, views[1].buf, NULL, n) < 0;
+        Py_END_ALLOW_THREADS
+        if (failed)
+            PyErr_NoMemory();
+    }
+    PyBuffer_Release(&views[0]);
+    PyBuffer_Release(&views[1]);
     if (failed)
         return NULL;
     Py_RETURN_NONE;
@@ -922,6 +1104,359 @@ static PyObject *native_owned_count(PyObject *m, PyObject *args) {
     return PyLong_FromSsize_t(owned);
 }
 
+/* ---- `.idx` files: a window of small ones opened ahead, then read, checked and sifted per call ----------- */
+
+/*
+ * scanner/storage/indexfile.py is the reference: its IndexFile reads a file the same way, through a page-cache guest
+ * (scanner/storage/pagecache.py). Here only files whose header and slots come in the first read are handled
+ * (most ledgers'); anything else (a larger file, a header that does not check, a failed call) is left to that reader,
+ * by path, so every error is raised and worded where it always was.
+ */
+
+#define IDX_HEADER 1024
+#define IDX_SLOT 8
+#define IDX_FIRST_READ (IDX_HEADER + 64 * 1024) /* indexfile.py's HEADER_SIZE + _READ_CHUNK */
+#define IDX_FETCHED 1                           /* the first read's bytes were asked of the disk ahead: ours */
+#define IDX_NO_NOWAIT 2                         /* non-blocking reads fail on this file: every read counts as ours */
+#define IDX_LEAVE_TO_PYTHON (-1)
+
+static int64_t PAGE_BYTES = 4096; /* the system's, set at import */
+
+static int open_read_only(const char *path) {
+    int fd = open(path, O_RDONLY | O_NOATIME | O_CLOEXEC); /* reading must not touch the file's access time */
+    if (fd < 0 && (errno == EPERM || errno == EACCES))
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    return fd;
+}
+
+/* Bytes of [offset, offset + length) read without waiting for the disk (what is cached); -1 if such reads fail. */
+static ssize_t read_cached(int fd, uint8_t *buffer, size_t length, off_t offset) {
+#ifdef RWF_NOWAIT
+    struct iovec vector = {buffer, length};
+    ssize_t n;
+    do
+        n = preadv2(fd, &vector, 1, offset, RWF_NOWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n >= 0)
+        return n;
+    return errno == EAGAIN ? 0 : -1;
+#else
+    return -1;
+#endif
+}
+
+/* A file opened ahead: its first bytes asked of the disk unless its first page is cached. Returns its flags. */
+static int fetch_ahead(int fd) {
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* no kernel read-ahead on our descriptor */
+    uint8_t probe;
+    ssize_t cached = read_cached(fd, &probe, 1, 0);
+    int flags = cached < 0 ? IDX_NO_NOWAIT : 0;
+    if (cached <= 0 && posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_WILLNEED) == 0)
+        flags |= IDX_FETCHED;
+    return flags;
+}
+
+/* Whether the first `available` bytes are a header indexfile.parse_index_header accepts. */
+static int index_header_holds(const uint8_t *head, int64_t available) {
+    if (available < 12 || memcmp(head, "BKLE", 4) != 0)
+        return 0;
+    int32_t version = (int32_t)be32(head + 4), key_length = (int32_t)be32(head + 8);
+    if (version != 0 && version != 1)
+        return 0;
+    int64_t key_end = 12 + (int64_t)key_length, fields_end = key_end + (version >= 1 ? 8 : 4);
+    if (key_length < 0 || fields_end > IDX_HEADER || fields_end > available)
+        return 0;
+    if (version >= 1) {
+        int32_t lac_length = (int32_t)be32(head + key_end + 4);
+        int64_t lac_end = fields_end + lac_length;
+        if (lac_length != 0 && (lac_length < 16 || lac_end > IDX_HEADER || lac_end > available))
+            return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    uint64_t *ids, *locations;
+    size_t count, capacity;
+} Slots;
+
+/* One opened file read, checked and sifted into `out`, then its pages that were not cached dropped and it closed.
+ * Returns how many slots it added, or IDX_LEAVE_TO_PYTHON (it added none). */
+static Py_ssize_t read_small_index(int fd, int flags, uint8_t *buffer, Slots *out) {
+    Py_ssize_t result = IDX_LEAVE_TO_PYTHON;
+    int ours = flags & IDX_FETCHED;
+    int64_t ours_end = ours ? IDX_FIRST_READ : 0, got = 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size > IDX_FIRST_READ)
+        goto done;
+    int64_t size = st.st_size, want = size > IDX_HEADER ? size : IDX_HEADER;
+    int64_t cached = 0;
+    if (!ours && !(flags & IDX_NO_NOWAIT)) {
+        ssize_t n = read_cached(fd, buffer, (size_t)want, 0);
+        cached = got = n < 0 ? 0 : n;
+    }
+    while (got < want) {
+        ssize_t n = pread(fd, buffer + got, (size_t)(want - got), got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            goto done;
+        if (n == 0)
+            break;
+        got += n;
+    }
+    if (ours || got > cached) { /* fetched (at least partly) from disk: every page the read touched is ours */
+        int64_t end = ((got > 0 ? got : 1) + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
+        ours_end = end > ours_end ? end : ours_end;
+    }
+    if (!index_header_holds(buffer, got < IDX_HEADER ? got : IDX_HEADER))
+        goto done;
+    int64_t slot_bytes = size > IDX_HEADER ? (size - IDX_HEADER) / IDX_SLOT * IDX_SLOT : 0;
+    int64_t read_slots = got > IDX_HEADER ? got - IDX_HEADER : 0;
+    int64_t slots = (slot_bytes < read_slots ? slot_bytes : read_slots) / IDX_SLOT;
+    if (out->count + (size_t)slots > out->capacity) {
+        size_t capacity = out->capacity * 2 > out->count + (size_t)slots ? out->capacity * 2 : out->count + (size_t)slots;
+        uint64_t *ids = PyMem_RawRealloc(out->ids, capacity * sizeof(uint64_t));
+        if (ids != NULL)
+            out->ids = ids;
+        uint64_t *locations = ids == NULL ? NULL : PyMem_RawRealloc(out->locations, capacity * sizeof(uint64_t));
+        if (locations == NULL)
+            goto done; /* out of memory: the Python reader tries, and raises if it must */
+        out->locations = locations;
+        out->capacity = capacity;
+    }
+    size_t before = out->count;
+    for (int64_t i = 0; i < slots; i++) {
+        uint64_t raw = be64(buffer + IDX_HEADER + i * IDX_SLOT);
+        if (raw) {
+            out->ids[out->count] = (uint64_t)i;
+            out->locations[out->count++] = raw;
+        }
+    }
+    result = (Py_ssize_t)(out->count - before);
+done:
+    if (ours_end > 0)
+        posix_fadvise(fd, 0, ours_end, POSIX_FADV_DONTNEED);
+    close(fd);
+    return result;
+}
+
+/* An opened file not read: closed, what was fetched for it dropped. */
+static void release_opened(int fd, int flags) {
+    if (flags & IDX_FETCHED)
+        posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
+/* The (fd, flags) of item `i` of a sequence as open_index_files returned it; fd -1 for any other item. */
+static void opened_file(PyObject *sequence, Py_ssize_t i, int *fd, int *flags) {
+    PyObject *item = PySequence_Fast_GET_ITEM(sequence, i);
+    *fd = -1, *flags = 0;
+    if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "ii", fd, flags))
+        PyErr_Clear(), *fd = -1;
+}
+
+/* Every file of `sequence` released unread: when it cannot be read (out of memory) or is not to be. */
+static void release_all_opened(PyObject *sequence) {
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sequence); i++) {
+        int fd, flags;
+        opened_file(sequence, i, &fd, &flags);
+        if (fd >= 0)
+            release_opened(fd, flags);
+    }
+}
+
+/* The (fd, flags) pairs of a list as open_index_files returned it, as two arrays; -1 (MemoryError) after releasing
+ * every file when the arrays cannot be had. */
+static int opened_files(PyObject *opened, Py_ssize_t *n, int **fds, int **flags) {
+    PyObject *sequence = PySequence_Fast(opened, "a list of (fd, flags) as open_index_files returns");
+    if (sequence == NULL)
+        return -1;
+    *n = PySequence_Fast_GET_SIZE(sequence);
+    *fds = PyMem_Calloc((size_t)*n + 1, sizeof(int));
+    *flags = PyMem_Calloc((size_t)*n + 1, sizeof(int));
+    if (*fds == NULL || *flags == NULL) {
+        PyMem_Free(*fds), PyMem_Free(*flags);
+        release_all_opened(sequence);
+        Py_DECREF(sequence);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++)
+        opened_file(sequence, i, &(*fds)[i], &(*flags)[i]);
+    Py_DECREF(sequence);
+    return 0;
+}
+
+/* open_index_files(paths): [(fd, flags)], each file opened read-only and its first bytes fetched ahead (fd -1: it
+ * would not open; the Python reader finds out why by path). */
+static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
+    PyObject *paths;
+    if (!PyArg_ParseTuple(args, "O", &paths))
+        return NULL;
+    PyObject *sequence = PySequence_Fast(paths, "a list of paths");
+    if (sequence == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
+    PyObject *encoded = PyList_New(n), *opened = NULL;
+    for (Py_ssize_t i = 0; encoded != NULL && i < n; i++) {
+        PyObject *path = NULL;
+        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(sequence, i), &path))
+            Py_CLEAR(encoded);
+        else
+            PyList_SET_ITEM(encoded, i, path);
+    }
+    int *fds = encoded == NULL ? NULL : PyMem_Calloc((size_t)n + 1, sizeof(int));
+    int *flags = fds == NULL ? NULL : PyMem_Calloc((size_t)n + 1, sizeof(int));
+    if (encoded != NULL && flags == NULL)
+        PyErr_NoMemory();
+    if (flags != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            fds[i] = open_read_only(PyBytes_AS_STRING(PyList_GET_ITEM(encoded, i)));
+            flags[i] = fds[i] >= 0 ? fetch_ahead(fds[i]) : 0;
+        }
+        Py_END_ALLOW_THREADS
+        opened = PyList_New(n);
+        for (Py_ssize_t i = 0; opened != NULL && i < n; i++) {
+            PyObject *pair = Py_BuildValue("(ii)", fds[i], flags[i]);
+            if (pair == NULL)
+                Py_CLEAR(opened);
+            else
+                PyList_SET_ITEM(opened, i, pair);
+        }
+        if (opened == NULL) /* nobody else knows these files */
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (fds[i] >= 0)
+                    close(fds[i]);
+    }
+    PyMem_Free(fds);
+    PyMem_Free(flags);
+    Py_XDECREF(encoded);
+    Py_DECREF(sequence);
+    return opened;
+}
+
+/* read_index_files(opened): (counts, entry ids, locations), every file of `opened` read and closed. counts[i]: how
+ * many non-empty slots file i has (their entry ids and encoded locations follow those of the files before it, as
+ * native uint64 in the two bytes), or -1: file i is left to the Python reader. */
+static PyObject *native_read_index_files(PyObject *m, PyObject *args) {
+    PyObject *opened;
+    if (!PyArg_ParseTuple(args, "O", &opened))
+        return NULL;
+    Py_ssize_t n;
+    int *fds, *flags;
+    if (opened_files(opened, &n, &fds, &flags) < 0)
+        return NULL;
+    Py_ssize_t *counts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    uint8_t *buffer = PyMem_RawMalloc(IDX_FIRST_READ);
+    Slots out = {NULL, NULL, 0, 0};
+    if (counts != NULL && buffer != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++)
+            counts[i] = fds[i] < 0 ? IDX_LEAVE_TO_PYTHON : read_small_index(fds[i], flags[i], buffer, &out);
+        Py_END_ALLOW_THREADS
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (fds[i] >= 0)
+                release_opened(fds[i], flags[i]);
+    }
+    PyObject *result = NULL;
+    if (counts == NULL || buffer == NULL) {
+        PyErr_NoMemory();
+    } else {
+        PyObject *list = PyList_New(n);
+        for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
+            PyObject *count = PyLong_FromSsize_t(counts[i]);
+            if (count == NULL)
+                Py_CLEAR(list);
+            else
+                PyList_SET_ITEM(list, i, count);
+        }
+        if (list != NULL)
+            result = Py_BuildValue("(Ny#y#)", list, out.ids ? (const char *)out.ids : "",  /* NULL would be None */
+                                   (Py_ssize_t)(out.count * sizeof(uint64_t)),
+                                   out.locations ? (const char *)out.locations : "",
+                                   (Py_ssize_t)(out.count * sizeof(uint64_t)));
+    }
+    PyMem_RawFree(out.ids);
+    PyMem_RawFree(out.locations);
+    PyMem_RawFree(buffer);
+    PyMem_Free(counts);
+    PyMem_Free(fds);
+    PyMem_Free(flags);
+    return result;
+}
+
+/* close_index_files(opened): files opened ahead and not read, closed; what was fetched for them dropped. */
+static PyObject *native_close_index_files(PyObject *m, PyObject *args) {
+    PyObject *opened;
+    if (!PyArg_ParseTuple(args, "O", &opened))
+        return NULL;
+    PyObject *sequence = PySequence_Fast(opened, "a list of (fd, flags) as open_index_files returns");
+    if (sequence == NULL)
+        return NULL;
+    release_all_opened(sequence);
+    Py_DECREF(sequence);
+    Py_RETURN_NONE;
+}
+
+/* ---- DbLedgerStorage's `locations` DB: a cursor's pairs decoded without a Python object per pair kept ------- */
+
+/* decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular): up to `limit` (key, value)
+ * pairs taken from the iterator `pairs` (rocksdict's, raw) and decoded from big-endian into three columns of native
+ * uint64 (bytes; fewer pairs at the iterator's end). irregular: the pair that stopped it early, a key not 16 bytes
+ * or a value not 8 (the caller words the error), else None. dbstorage.py's batches are the reference. */
+static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
+    PyObject *pairs;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "On", &pairs, &limit))
+        return NULL;
+    if (limit < 0 || limit > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "limit must be within 0..2**24");
+        return NULL;
+    }
+    uint64_t *columns = PyMem_Malloc((size_t)(3 * limit + 1) * sizeof(uint64_t));
+    if (columns == NULL)
+        return PyErr_NoMemory();
+    uint64_t *ledgers = columns, *entries = columns + limit, *locations = columns + 2 * limit;
+    PyObject *irregular = NULL, *result = NULL;
+    Py_ssize_t n = 0;
+    int failed = 0;
+    while (n < limit) {
+        PyObject *pair = PyIter_Next(pairs);
+        if (pair == NULL) {
+            failed = PyErr_Occurred() != NULL;
+            break;
+        }
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
+            Py_DECREF(pair);
+            PyErr_SetString(PyExc_TypeError, "pairs must be (bytes, bytes) tuples");
+            failed = 1;
+            break;
+        }
+        PyObject *key = PyTuple_GET_ITEM(pair, 0), *value = PyTuple_GET_ITEM(pair, 1);
+        if (PyBytes_GET_SIZE(key) != 16 || PyBytes_GET_SIZE(value) != 8) {
+            irregular = pair;
+            break;
+        }
+        const uint8_t *k = (const uint8_t *)PyBytes_AS_STRING(key);
+        ledgers[n] = be64(k);
+        entries[n] = be64(k + 8);
+        locations[n++] = be64((const uint8_t *)PyBytes_AS_STRING(value));
+        Py_DECREF(pair);
+    }
+    if (!failed) {
+        Py_ssize_t bytes = n * (Py_ssize_t)sizeof(uint64_t);
+        result = Py_BuildValue("(y#y#y#O)", (const char *)ledgers, bytes, (const char *)entries, bytes,
+                               (const char *)locations, bytes, irregular ? irregular : Py_None);
+    }
+    Py_XDECREF(irregular);
+    PyMem_Free(columns);
+    return result;
+}
+
 /* ---- module ----------------------------------------------------------------------------------------- */
 
 static PyObject *crc_call(PyObject *args, uint32_t (*raw)(uint32_t, const uint8_t *, size_t)) {
@@ -944,10 +1479,20 @@ static PyMethodDef module_methods[] = {
     {"crc32", native_crc32, METH_VARARGS, "crc32(data, value=0): CRC32 as zlib computes it"},
     {"sort_by_location", native_sort_by_location, METH_VARARGS,
      "sort_by_location(locations, ledgers, entries): the three uint64 columns sorted by location, in place"},
+    {"sort_pairs", native_sort_pairs, METH_VARARGS,
+     "sort_pairs(keys, values): two uint64 columns sorted by the first, stably, in place"},
     {"merge_by_location", native_merge_by_location, METH_VARARGS,
      "merge_by_location([(locations, ledgers, entries)], locations, ledgers, entries, positions): sorted slices merged"},
     {"owned_count", native_owned_count, METH_VARARGS,
      "owned_count(entry_ids, low, high, index, size, quorum): entries of [low, high) striped onto ensemble index"},
+    {"open_index_files", native_open_index_files, METH_VARARGS,
+     "open_index_files(paths) -> [(fd, flags)]: `.idx` files opened read-only, their first bytes fetched ahead"},
+    {"read_index_files", native_read_index_files, METH_VARARGS,
+     "read_index_files(opened) -> (counts, entry ids, locations): small `.idx` files read, checked, sifted, closed"},
+    {"decode_location_pairs", native_decode_location_pairs, METH_VARARGS,
+     "decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular): a `locations` DB batch"},
+    {"close_index_files", native_close_index_files, METH_VARARGS,
+     "close_index_files(opened): files opened ahead and not read, closed"},
     {NULL},
 };
 
@@ -956,6 +1501,9 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (page > 0)
+        PAGE_BYTES = page;
     fill_table(crc32c_table, CRC32C_POLY);
     fill_table(crc32_table, CRC32_POLY);
 #ifdef HAVE_X86_CRC32C

@@ -44,6 +44,7 @@ from scanner.scan.orphans import OrphanTrace, orphan_findings
 from scanner.scan.pacing import Pacer, Unpaced
 from scanner.scan.targeted import BookieScanner, verifier_of
 from scanner.scan.totals import ScanTotals
+from scanner.scan.walk_data import KnownLedgers
 from scanner.scan.walker import walk_records
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size
 from scanner.storage.dbstorage import DbIndexError
@@ -135,6 +136,7 @@ class BookiePass:
         self._recheck: set[int] = set()  # ledgers with index findings, judged again on fresh reads
         self._reported: dict[int, set[int]] = defaultdict(set)  # entries already in a finding, per ledger
         self._proven_lengths: dict[tuple[int, int], int] = {}  # (log, pos) of entries cut short -> their length
+        self._known: KnownLedgers | None = None  # the table as the walks look it up, once the index is read
 
     def close(self) -> None:
         if self.runs is not None:
@@ -182,7 +184,9 @@ class BookiePass:
             log.warning("%s", error)
             self.index_problem = str(error)
         self.runs.finish()
-        self.table.freeze()
+        # What the walks may look up themselves: every ledger of the table but those whose own index did not read
+        # (their records are noted by the recording verifier ``_verifier_for`` gives)
+        self._known = KnownLedgers(*self.table.columns(), asked=array("Q", sorted(self._unindexed)))
 
     def _index_ledger(self, read: LedgerRead, entry_ids, raw_locations) -> None:
         ledger_id = read.ledger_id
@@ -263,7 +267,8 @@ class BookiePass:
             self.totals.entry_logs_scanned += 1
             first = start if start is not None else (entry_log.header.data_start if entry_log.header else 0)
             expected = () if self.runs is None else self.runs.windows(log_file.entry_log_id, first)
-            state = _LogWalk(log_file, entry_log, walk_records(entry_log, self._verifier_for, expected, start),
+            state = _LogWalk(log_file, entry_log,
+                             walk_records(entry_log, self._verifier_for, expected, start, self._known),
                              whole=start is None)
             reached = first
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from array import array
 
+from scanner.scan.native import native_code
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.location import arrow_view, native_array
 
@@ -42,21 +43,35 @@ class LedgerTable:
     def freeze(self) -> None:
         """Sort by ledger id (after appends out of order) so lookups can bisect.
 
-        Sorted by pyarrow: a sort in Python would hold an int object per ledger (tens of MB at a million
-        ledgers) for a moment; this holds at most three columns of ids (the unsorted, the order, the sorted).
+        Sorted in the scan's native code when it runs (:mod:`scanner.scan.native`), else by pyarrow: a sort in
+        Python would hold an int object per ledger (tens of MB at a million ledgers) for a moment; these hold a few
+        columns of ids (natively: the ids, the kinds widened, and the sort's own columns).
         """
         if self._frozen:
             return
         if any(a > b for a, b in zip(self._ids, self._ids[1:])):
-            import pyarrow.compute as pc
-
-            order = pc.sort_indices(arrow_view(self._ids))
-            ids, kinds = pc.take(arrow_view(self._ids), order), pc.take(arrow_view(self._kinds), order)
-            del order
             typecode = self._kinds.typecode
-            self._ids, self._kinds = array("Q"), array(typecode)  # the unsorted columns go before the copies come
-            self._ids, self._kinds = native_array(ids, "Q"), native_array(kinds, typecode)
+            native = native_code()
+            if native is not None:
+                kinds = array("Q", self._kinds)
+                self._kinds = array(typecode)
+                native.sort_pairs(self._ids, kinds)
+                self._kinds = array(typecode, kinds)
+            else:
+                import pyarrow.compute as pc
+
+                order = pc.sort_indices(arrow_view(self._ids))
+                ids, kinds = pc.take(arrow_view(self._ids), order), pc.take(arrow_view(self._kinds), order)
+                del order
+                self._ids, self._kinds = array("Q"), array(typecode)  # the unsorted columns go before the copies
+                self._ids, self._kinds = native_array(ids, "Q"), native_array(kinds, typecode)
         self._frozen = True
+
+    def columns(self) -> tuple[array, array, list[DigestVerifier | None]]:
+        """(ids ascending, each one's kind number, each kind's verifier): the table as the native walker looks ledgers
+        up in it (frozen first)."""
+        self.freeze()
+        return self._ids, self._kinds, self._verifiers
 
     def __contains__(self, ledger_id: int) -> bool:
         return self._find(ledger_id) is not None

@@ -13,8 +13,8 @@ from array import array
 from typing import Callable, Iterable, Iterator
 
 from scanner.scan import _native
-from scanner.scan.walk_data import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, VerifierFor,
-                                    WalkedRecord, WalkStats, another_entry, counting, failure_reason,
+from scanner.scan.walk_data import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, KnownLedgers,
+                                    VerifierFor, WalkedRecord, WalkStats, another_entry, counting, failure_reason,
                                     not_a_record_start, unreached, why_unreached)
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.entrylog import PACE_INTERVAL, RECORD_START_SIZE, EntryLog
@@ -29,8 +29,9 @@ class NativeWalk:
     """One walk of one entry log with the C walker; the same interface and results as ``PythonWalk``."""
 
     def __init__(self, entry_log: EntryLog, verifier_for: VerifierFor, expected: Iterable[ExpectedRecords] = (),
-                 start: int | None = None):
+                 start: int | None = None, known: KnownLedgers | None = None):
         self.entry_log = entry_log
+        self._known = known
         self.stats = WalkStats()
         self.index_faults: list[IndexedRecordFault] = []
         self._verifier_for = verifier_for
@@ -51,6 +52,8 @@ class NativeWalk:
             self.index_faults += unreached([*self._windows], 0, "the log has no readable header")
             return
         core = self._core = _native.Walker(entry_log.records_end, entry_log.max_entry_size)
+        if self._known is not None:
+            self._use_table(self._known)
         first = pos = cursor.pos
         need = RECORD_START_SIZE
         try:
@@ -80,9 +83,9 @@ class NativeWalk:
                 elif status == FAULTS_FULL:
                     self._take_faults()
                 elif status == FAILED:
-                    yield DigestFailure(a, b, c, failure_reason(self._verifiers[a], d), bool(e))
+                    yield DigestFailure(a, b, c, failure_reason(self._verifier(a), d), bool(e))
                 elif status == PY_RECORD:
-                    verifier = self._verifiers[a]
+                    verifier = self._verifier(a)
                     if verifier.verify(chunk[f:f + d]):
                         self._in_python[0] += 1
                     else:
@@ -102,15 +105,19 @@ class NativeWalk:
 
     def _learn(self, ledger_id: int) -> None:
         """Tell the C walker how to verify the ledger's records (asking ``verifier_for`` once)."""
-        verifier = self._verifiers[ledger_id] = self._verifier_for(ledger_id)
-        if verifier is None:
-            self._core.learn(ledger_id, _native.SKIP)
-        elif type(verifier) is not DigestVerifier:  # a wrapper that must see every entry itself
-            self._core.learn(ledger_id, _native.PYTHON)
-        elif verifier.digest_type is DigestType.HMAC:
-            self._core.learn(ledger_id, _native.HMAC, verifier.mac_key)
-        else:
-            self._core.learn(ledger_id, _IN_C[verifier.digest_type])
+        self._core.learn(ledger_id, *_method_of(self._verifier(ledger_id)))
+
+    def _verifier(self, ledger_id: int) -> DigestVerifier | None:
+        if ledger_id not in self._verifiers:
+            self._verifiers[ledger_id] = self._verifier_for(ledger_id)
+        return self._verifiers[ledger_id]
+
+    def _use_table(self, known: KnownLedgers) -> None:
+        """Let the C walker look up the ledgers of the pass's table itself (all but those ``verifier_for`` answers
+        for otherwise)."""
+        methods = [_method_of(verifier) for verifier in known.verifiers]
+        self._core.use_table(known.ids, known.kinds, bytes(method for method, *_ in methods),
+                             [key[0] if key else None for _, *key in methods], _column(known.asked))
 
     def _next_window(self) -> None:
         window = self._window = next(self._windows, None) or NO_WINDOW
@@ -129,6 +136,17 @@ class NativeWalk:
         stats.entries_verified = verified + self._in_python[0]
         stats.entries_skipped = skipped
         stats.entries_failed = failed + self._in_python[1]
+
+
+def _method_of(verifier: DigestVerifier | None) -> tuple:
+    """How the C walker verifies a ledger with this verifier: (method,) or (HMAC, its key)."""
+    if verifier is None:
+        return (_native.SKIP,)
+    if type(verifier) is not DigestVerifier:  # a wrapper that must see every entry itself
+        return (_native.PYTHON,)
+    if verifier.digest_type is DigestType.HMAC:
+        return (_native.HMAC, verifier.mac_key)
+    return (_IN_C[verifier.digest_type],)
 
 
 def _column(values) -> array | memoryview:

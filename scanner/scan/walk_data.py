@@ -74,6 +74,18 @@ class WalkStats:
 VerifierFor = Callable[[int], "DigestVerifier | None"]
 
 
+class KnownLedgers(NamedTuple):
+    """The pass's ledger table, which a walk may look ledgers up in itself instead of asking ``verifier_for`` one by
+    one (the native walker does): ``ids`` ascending (``array('Q')``), each one's number in ``kinds`` (``array``
+    'B' or 'I'), each kind's verifier in ``verifiers``. ``verifier_for`` gives the same for every ledger of the
+    table but those in ``asked`` (ascending, ``array('Q')``), which are asked of it all the same."""
+
+    ids: Sequence[int]
+    kinds: Sequence[int]
+    verifiers: Sequence["DigestVerifier | None"]
+    asked: Sequence[int]
+
+
 def counting(stats: WalkStats, pace: Callable[[int], object] | None) -> Callable[[int], None]:
     """A pace callback that counts the bytes walked into ``stats`` and passes them on to ``pace``."""
     def counted(n: int) -> None:

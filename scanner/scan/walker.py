@@ -13,16 +13,19 @@ from typing import Iterable
 
 from scanner.scan.native import native_code
 from scanner.scan.python_walker import PythonWalk
-from scanner.scan.walk_data import ExpectedRecords, VerifierFor
+from scanner.scan.walk_data import ExpectedRecords, KnownLedgers, VerifierFor
 from scanner.storage.entrylog import EntryLog
 
 
 def walk_records(entry_log: EntryLog, verifier_for: VerifierFor, expected: Iterable[ExpectedRecords] = (),
-                 start: int | None = None):
+                 start: int | None = None, known: KnownLedgers | None = None):
     """A walk of ``entry_log``'s records from the record boundary ``start`` (None: its first record):
-    ``failures(pace, pace_interval)`` yields the records whose digest fails; ``stats`` and ``index_faults``."""
+    ``failures(pace, pace_interval)`` yields the records whose digest fails; ``stats`` and ``index_faults``.
+
+    ``known``: the pass's ledger table, which the native walker looks ledgers up in without a call to
+    ``verifier_for`` each (the Python walker asks ``verifier_for``, which gives the same)."""
     if native_code() is None:
         return PythonWalk(entry_log, verifier_for, expected, start)
     from scanner.scan.native_walker import NativeWalk
 
-    return NativeWalk(entry_log, verifier_for, expected, start)
+    return NativeWalk(entry_log, verifier_for, expected, start, known)

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from scanner.storage.dbstorage import DbLedgerIndex, DbOpenError, MalformedDbRecord, MisplacedLedger
 from scanner.storage.entrylog import MissingEntryLog
-from scanner.storage.indexfile import (IndexFile, IndexFileError, close_unread, fetched_ahead, find_index_file,
-                                      index_files, indexed_ledger_ids)
+from scanner.storage.indexfile import IndexFile, find_index_file, index_files, indexed_ledger_ids, read_index_files
 from scanner.storage.layout import BookieLayout
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation
@@ -122,21 +121,12 @@ class IndexFileStorage(BookieStorage):
             yield from index.locations()
 
     def indexed_ledgers(self, dir_index: int | None = None) -> Iterator[tuple[int, array, array]]:
-        several_dirs = len(self.layout.index_current_dirs) > 1
-        for current in self.layout.index_current_dirs:
-            for ledger_id, path, guest in fetched_ahead(index_files(current)):
-                if several_dirs and find_index_file(self.layout.index_current_dirs, ledger_id) != Path(path):
-                    close_unread(guest)  # deleted since the listing, or read from an earlier dir by the bookie
-                    continue
-                try:
-                    with IndexFile(path, guest) as index:
-                        found = index.location_arrays()
-                except FileNotFoundError:
-                    continue
-                except IndexFileError as error:
-                    yield ledger_id, None, error
-                    continue
-                yield ledger_id, *found
+        dirs = self.layout.index_current_dirs
+        for current in dirs:
+            files = index_files(current)
+            if len(dirs) > 1:  # a file deleted since the listing, or one the bookie reads from an earlier dir, is skipped
+                files = ((ledger_id, path) for ledger_id, path in files if find_index_file(dirs, ledger_id) == Path(path))
+            yield from read_index_files(files)
 
     def entry_log_path(self, ledger_id: int, entry_log_id: int) -> Path:
         name = f"{entry_log_id:x}.log"

@@ -27,6 +27,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 from rocksdict import AccessType, Options, Rdict, ReadOptions
 
+from scanner.scan.native import native_code
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation
 from scanner.storage.proto.db_ledger_storage_pb2 import LedgerData
@@ -131,10 +132,15 @@ class ReadOnlyRocksDb:
     def get(self, key: bytes) -> bytes | None:
         return self._db.get(key)
 
+    def pairs_from(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs in bytewise key order from the first key >= ``start``: one call per pair, not four on
+        a cursor."""
+        return self._db.items(from_key=start, read_opt=_passing_through())
+
     def batches_from(self, start: bytes, size: int) -> Iterator[tuple[list[bytes], list[bytes]]]:
         """(keys, values) from the first key >= ``start`` on, ``size`` pairs at a time."""
-        # one call per pair, not four on a cursor; the pairs taken and split without Python code per pair
-        pairs = self._db.items(from_key=start, read_opt=_passing_through())
+        # the pairs taken and split without Python code per pair
+        pairs = self.pairs_from(start)
         while batch := list(islice(pairs, size)):
             yield list(map(_KEY, batch)), list(map(_VALUE, batch))
 
@@ -220,15 +226,7 @@ class DbLedgerIndex:
         One cursor over the whole DB, read in batches and decoded without a Python object per entry.
         """
         ledger_id, entry_ids, raw_locations = None, array("Q"), array("Q")
-        for keys, values in self._locations.batches_from(LOCATION_KEY.pack(0, 0), _LOCATION_BATCH):
-            if set(map(len, keys)) != {LOCATION_KEY.size} or set(map(len, values)) != {LOCATION_VALUE.size}:
-                self._check_batch(keys, values)
-            pairs = array("Q", b"".join(keys))
-            found = array("Q", b"".join(values))
-            if _LITTLE_ENDIAN_HOST:
-                pairs.byteswap()
-                found.byteswap()
-            ledgers, entries = pairs[0::2], pairs[1::2]
+        for ledgers, entries, found in self._location_batches():
             i = 0
             while i < len(ledgers):
                 current = ledgers[i]
@@ -248,6 +246,31 @@ class DbLedgerIndex:
                 i = j
         if ledger_id is not None:
             yield ledger_id, entry_ids, raw_locations
+
+    def _location_batches(self) -> Iterator[tuple[array, array, array]]:
+        """(ledger ids, entry ids, encoded locations) of the `locations` DB's pairs in key order, _LOCATION_BATCH
+        pairs at a time, each batch checked whole before it is handed out: in the scan's native code when it runs
+        (:mod:`scanner.scan.native`), else from the batches' bytes joined."""
+        start = LOCATION_KEY.pack(0, 0)
+        native = native_code()
+        if native is None:
+            for keys, values in self._locations.batches_from(start, _LOCATION_BATCH):
+                if set(map(len, keys)) != {LOCATION_KEY.size} or set(map(len, values)) != {LOCATION_VALUE.size}:
+                    self._check_batch(keys, values)
+                pairs, found = array("Q", b"".join(keys)), array("Q", b"".join(values))
+                if _LITTLE_ENDIAN_HOST:
+                    pairs.byteswap()
+                    found.byteswap()
+                yield pairs[0::2], pairs[1::2], found
+            return
+        pairs = self._locations.pairs_from(start)
+        while True:
+            ledgers, entries, found, irregular = native.decode_location_pairs(pairs, _LOCATION_BATCH)
+            if irregular is not None:
+                self._check_batch([irregular[0]], [irregular[1]])  # raises: a key or a value of the wrong size
+            if not ledgers:
+                return
+            yield array("Q", ledgers), array("Q", entries), array("Q", found)
 
     def _check_batch(self, keys: list[bytes], values: list[bytes]) -> None:
         for key, value in zip(keys, values):

@@ -14,8 +14,10 @@ import sys
 from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path, PurePosixPath
 
+from scanner.scan.native import native_code
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation, nonzero_slots
 from scanner.storage.pagecache import PageCacheGuest
@@ -104,6 +106,58 @@ def index_files(current_dir: Path) -> Iterator[tuple[int, str]]:
                         if match.group(2) == "rloc" and os.path.isfile(os.path.join(parent, f"{match.group(1)}.idx")):
                             continue  # the .idx beside it is the one read
                         yield ledger_id, entry.path
+
+
+IndexedLedger = tuple[int, array, array] | tuple[int, None, "IndexFileError"]
+
+
+def read_index_files(files: Iterable[tuple[int, str]]) -> Iterator[IndexedLedger]:
+    """(ledger id, entry ids, encoded locations) of each of ``files`` ((ledger id, path), as :func:`index_files`
+    lists them), in their order, as :meth:`IndexFile.location_arrays` gives them; (ledger id, None, the error) for a
+    file that cannot be read as BookKeeper wrote it; nothing for a file gone since the listing.
+
+    Each file is opened a window of files before it is read (:func:`fetched_ahead`). The scan's native code, when it
+    runs (:mod:`scanner.scan.native`), reads a window of small files per call; every other file, and every file when
+    the Python forms are forced (the reference), is read by :class:`IndexFile`.
+    """
+    native = native_code()
+    if native is None:
+        for ledger_id, path, guest in fetched_ahead(files):
+            yield from _read_one(ledger_id, path, guest)
+        return
+    files = iter(files)
+    window = list(islice(files, FETCH_AHEAD_FILES))
+    opened = native.open_index_files([path for _, path in window])
+    try:
+        while window:
+            following = list(islice(files, FETCH_AHEAD_FILES))
+            # The next window is asked of the disk before this one is read: it fetches while this one is sifted.
+            opened_next = native.open_index_files([path for _, path in following])
+            this, opened = opened, opened_next
+            counts, ids, locations = native.read_index_files(this)
+            entry_ids, raw_locations = array("Q", ids), array("Q", locations)
+            at = 0
+            for (ledger_id, path), count in zip(window, counts):
+                if count < 0:
+                    yield from _read_one(ledger_id, path, None)
+                else:
+                    yield ledger_id, entry_ids[at:at + count], raw_locations[at:at + count]
+                    at += count
+            window = following
+    finally:
+        native.close_index_files(opened)
+
+
+def _read_one(ledger_id: int, path: str, guest: PageCacheGuest | None) -> Iterator[IndexedLedger]:
+    try:
+        with IndexFile(path, guest) as index:
+            found = index.location_arrays()
+    except FileNotFoundError:
+        return
+    except IndexFileError as error:
+        yield ledger_id, None, error
+        return
+    yield ledger_id, *found
 
 
 def fetched_ahead(files: Iterable[tuple[int, str]], window: int = FETCH_AHEAD_FILES
