@@ -109,11 +109,15 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
     marks = marked_ledgers(store)
     context = spark.sparkContext.broadcast(AuditContext(frozenset(registered), frozenset(exported),
                                                         frozenset(marks), options.racks, options.min_racks))
-    ledgers = ledger_frame(spark, store, context).persist(StorageLevel.MEMORY_AND_DISK)
+    # the ledgers are read and prepared once, in the first action on this cache, which holds little more
+    # than a status per ledger: the znode and the listings only of the ledgers to judge one by one
+    compared = _compared(ledger_frame(spark, store, context), exports).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        statuses = dict(ledgers.groupBy("status").count().collect())
+        statuses = {status: count for status, count in compared.groupBy("status").count().collect()
+                    if status is not None}  # None: listings of a ledger the metadata does not have
         source = zookeeper_source(store) if isinstance(store, ZooKeeperStore) else None  # a dump does not change
-        outcomes = _judged_in_full(ledgers, exports, context, source).persist(StorageLevel.MEMORY_AND_DISK)
+        outcomes = compared.where("judge").select(*LedgerRow._fields).mapInArrow(
+            functools.partial(_judged, context, source), outcome_schema()).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             tally = outcomes.groupBy("has_metadata", "status", "rejudged").count().collect()
             for has_metadata, status, _, count in tally:
@@ -128,7 +132,7 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
         finally:
             outcomes.unpersist()
     finally:
-        ledgers.unpersist()
+        compared.unpersist()
     return AuditResult(
         violations=violations,
         ledgers_checked=statuses.get(Status.JUDGED.value, 0),
@@ -142,8 +146,9 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
     )
 
 
-def _judged_in_full(ledgers, exports, context, source):
-    """``judge_ledger``'s outcomes for the ledgers a comparison of listings cannot clear, judged on the executors.
+def _compared(ledgers, exports):
+    """Every ledger (ledger_id, status; null: no metadata) and whether a comparison of listings leaves it to
+    ``judge_ledger`` (judge), with the rest of a ``LedgerRow`` where it does (null where it does not).
 
     Every ledger's listings are gathered in one join with its metadata. A ledger is cleared when it has
     clean listings and the listings exported for it are exactly those: the same bookies, the same bytes,
@@ -162,9 +167,9 @@ def _judged_in_full(ledgers, exports, context, source):
     nothing_owed = F.col("listings").isNull() & (F.size("clean_listings") == 0)  # e.g. a closed empty ledger
     cleared = F.col("clean_listings").isNotNull() & (
         nothing_owed | (~F.col("damage") & (F.array_sort(exported) == F.array_sort("clean_listings"))))
-    judged = F.col("status").isNull() | ((F.col("status") == Status.JUDGED.value) & ~F.coalesce(cleared, F.lit(False)))
-    return joined.where(judged).select(*LedgerRow._fields).mapInArrow(
-        functools.partial(_judged, context, source), outcome_schema())
+    judge = F.col("status").isNull() | ((F.col("status") == Status.JUDGED.value) & ~F.coalesce(cleared, F.lit(False)))
+    return joined.select("ledger_id", "status", judge.alias("judge"),
+                         *(F.when(judge, F.col(name)).alias(name) for name in LedgerRow._fields[1:]))
 
 
 def _read_exports(spark, exports_path: str):
