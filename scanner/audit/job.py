@@ -26,13 +26,15 @@ import sys
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from scanner.audit.arrow_rows import batch_rows, row_batches
 from scanner.audit.contract import DEFAULT_MIN_RACKS, Category, Violation, long_under_replicated
 from scanner.audit.export import export_schema
 from scanner.audit.metadata_source import (READ_BATCH, ZooKeeperSource, connected, ledger_frame, read_nodes,
                                             zookeeper_source)
 from scanner.audit.judging import (AuditContext, BookieListing, LedgerNode, LedgerOutcome, Status, judge_ledger,
-                                   violation_row, violation_schema)
+                                   outcome_row, outcome_schema, violation_row, violation_schema)
 from scanner.metadata.ledger_paths import ledger_path
 from scanner.metadata.store import MetadataStore
 from scanner.metadata.zookeeper import ZooKeeperStore
@@ -98,6 +100,7 @@ class AuditResult:
 
 def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOptions, now_ms: int) -> AuditResult:
     """Audit the cluster ``store`` describes against the exports under ``exports_path``."""
+    from pyspark.sql import functions as F
     from pyspark.storagelevel import StorageLevel
 
     exports, exported = _read_exports(spark, exports_path)
@@ -106,28 +109,30 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
     marks = marked_ledgers(store)
     context = spark.sparkContext.broadcast(AuditContext(frozenset(registered), frozenset(exported),
                                                         frozenset(marks), options.racks, options.min_racks))
-    ledgers = ledger_frame(spark, store, context).persist(StorageLevel.MEMORY_AND_DISK)
+    # the ledgers are read and prepared once, in the first action on this cache, which holds little more
+    # than a status per ledger: the znode and the listings only of the ledgers to judge one by one
+    compared = _compared(ledger_frame(spark, store, context), exports).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        statuses = dict(ledgers.groupBy("status").count().collect())
+        statuses = {status: count for status, count in compared.groupBy("status").count().collect()
+                    if status is not None}  # None: listings of a ledger the metadata does not have
         source = zookeeper_source(store) if isinstance(store, ZooKeeperStore) else None  # a dump does not change
-        outcomes = _judged_in_full(ledgers, exports, context, source)
-        outcomes.persist(StorageLevel.MEMORY_AND_DISK)
+        outcomes = compared.where("judge").select(*LedgerRow._fields).mapInArrow(
+            functools.partial(_judged, context, source), outcome_schema()).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            tally = outcomes.map(
-                lambda outcome: (outcome.mzxid is None, outcome.status.value, outcome.rejudged)).countByValue()
-            for (without_metadata, status, _), count in tally.items():
-                if without_metadata:  # listings of a ledger the metadata does not have
+            tally = outcomes.groupBy("has_metadata", "status", "rejudged").count().collect()
+            for has_metadata, status, _, count in tally:
+                if not has_metadata:  # listings of a ledger the metadata does not have
                     statuses[status] = statuses.get(status, 0) + count
-            problems = outcomes.flatMap(lambda outcome: outcome.problems).take(100)
+            problems = [row.problem for row in
+                        outcomes.select(F.explode("problems").alias("problem")).limit(100).collect()]
             aged = [violation_row(v) for v in long_under_replicated(marks, now_ms, options.max_under_replicated_ms)]
-            rows = outcomes.flatMap(lambda outcome: map(violation_row, outcome.violations)).union(
-                spark.sparkContext.parallelize(aged, 1))
-            violations = spark.createDataFrame(rows, violation_schema()).persist(StorageLevel.MEMORY_AND_DISK)
+            violations = outcomes.select(F.explode("violations").alias("violation")).select("violation.*").union(
+                spark.createDataFrame(aged, violation_schema())).persist(StorageLevel.MEMORY_AND_DISK)
             found = dict(violations.groupBy("category").count().collect())
         finally:
             outcomes.unpersist()
     finally:
-        ledgers.unpersist()
+        compared.unpersist()
     return AuditResult(
         violations=violations,
         ledgers_checked=statuses.get(Status.JUDGED.value, 0),
@@ -135,14 +140,15 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
         registered_bookies=tuple(sorted(registered)),
         counts={category.value: found.get(category.value, 0) for category in Category},
         not_judged={status.value: statuses.get(status.value, 0) for status in Status if status is not Status.JUDGED},
-        rejudged=sum(count for (_, _, rejudged), count in tally.items() if rejudged),
-        judged_one_by_one=sum(tally.values()),
+        rejudged=sum(count for _, _, rejudged, count in tally if rejudged),
+        judged_one_by_one=sum(count for *_, count in tally),
         problems=problems,
     )
 
 
-def _judged_in_full(ledgers, exports, context, source):
-    """``judge_ledger``'s outcomes for the ledgers a comparison of listings cannot clear, judged on the executors.
+def _compared(ledgers, exports):
+    """Every ledger (ledger_id, status; null: no metadata) and whether a comparison of listings leaves it to
+    ``judge_ledger`` (judge), with the rest of a ``LedgerRow`` where it does (null where it does not).
 
     Every ledger's listings are gathered in one join with its metadata. A ledger is cleared when it has
     clean listings and the listings exported for it are exactly those: the same bookies, the same bytes,
@@ -161,9 +167,9 @@ def _judged_in_full(ledgers, exports, context, source):
     nothing_owed = F.col("listings").isNull() & (F.size("clean_listings") == 0)  # e.g. a closed empty ledger
     cleared = F.col("clean_listings").isNotNull() & (
         nothing_owed | (~F.col("damage") & (F.array_sort(exported) == F.array_sort("clean_listings"))))
-    judged = F.col("status").isNull() | ((F.col("status") == Status.JUDGED.value) & ~F.coalesce(cleared, F.lit(False)))
-    return joined.where(judged).select("ledger_id", "path", "data", "ctime", "mzxid", "listings").rdd.mapPartitions(
-        functools.partial(judge_rows, context, source))
+    judge = F.col("status").isNull() | ((F.col("status") == Status.JUDGED.value) & ~F.coalesce(cleared, F.lit(False)))
+    return joined.select("ledger_id", "status", judge.alias("judge"),
+                         *(F.when(judge, F.col(name)).alias(name) for name in LedgerRow._fields[1:]))
 
 
 def _read_exports(spark, exports_path: str):
@@ -234,6 +240,23 @@ def marked_ledgers(store: MetadataStore) -> dict[int, int | None]:
     return marks
 
 
+class LedgerRow(NamedTuple):
+    """A ledger to judge in full: its znode (None data: the metadata has none) and every bookie's listing of it."""
+
+    ledger_id: int
+    path: str | None
+    data: bytes | None
+    ctime: int | None
+    mzxid: int | None
+    listings: list | None  # of rows (bookie_id, entries, damaged), read by name
+
+
+def _judged(context_broadcast, source: ZooKeeperSource | None, batches):
+    """``mapInArrow``: ``judge_rows`` on the task's ledgers, its outcomes as rows of ``outcome_schema``."""
+    rows = (LedgerRow(*row) for row in batch_rows(batches))
+    return row_batches(map(outcome_row, judge_rows(context_broadcast, source, rows)), outcome_schema())
+
+
 def judge_rows(context_broadcast, source: ZooKeeperSource | None, rows) -> Iterator[LedgerOutcome]:
     """``judge_ledger`` on each row (ledger_id, path, data, ctime, mzxid, listings), as the executors run it.
 
@@ -272,7 +295,7 @@ def _confirmed(client, source: ZooKeeperSource, pending, context) -> Iterator[Le
 
 
 def _listings(rows) -> list[BookieListing]:
-    return [BookieListing(row.bookie_id, bytes(row.entries), bytes(row.damaged)) for row in rows]
+    return [BookieListing(row["bookie_id"], bytes(row["entries"]), bytes(row["damaged"])) for row in rows]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -123,11 +123,31 @@ def violation_row(violation: Violation) -> tuple:
             violation.copies)
 
 
+def outcome_row(outcome: LedgerOutcome) -> tuple:
+    """An outcome as a row of ``outcome_schema``."""
+    return (outcome.ledger_id, outcome.status.value, outcome.mzxid is not None, outcome.rejudged,
+            list(outcome.problems), [violation_row(violation) for violation in outcome.violations])
+
+
 def violation_from_row(row: Sequence) -> Violation:
     category, ledger_id, entries, bookies, detail, copies = row
     return Violation(Category(category), ledger_id,
                      None if entries is None else tuple(SequenceGroup(*map(int, group)) for group in entries),
                      tuple(bookies), detail, copies)
+
+
+def outcome_schema():
+    """The Spark schema of the ledgers judged one by one: ``judge_ledger``'s outcomes."""
+    from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, StructField, StructType
+
+    return StructType([
+        StructField("ledger_id", LongType(), False),
+        StructField("status", StringType(), False),
+        StructField("has_metadata", BooleanType(), False),  # False: listings of a ledger the metadata does not have
+        StructField("rejudged", BooleanType(), False),
+        StructField("problems", ArrayType(StringType(), False), False),
+        StructField("violations", ArrayType(violation_schema(), False), False),
+    ])
 
 
 def violation_schema():

@@ -6,7 +6,8 @@ order, with a kazoo client of its own: a parent's children in one request, their
 batches. A dump (``file:``): Spark parses it (``dump_frame``) and the ledger znodes are spread over the
 executors. So the read scales with executors and the driver holds no ledger znode.
 
-In the same task each znode is prepared by ``judging.clean_listings``: the frame's rows are the znode
+In the same task (a ``mapInArrow`` function: Arrow batches in and out, ``arrow_rows``) each znode is
+prepared by ``judging.clean_listings``: the frame's rows are the znode
 (ledger_id, path, data, ctime, mzxid), the ledger's status and, when listings alone can clear it, the
 listing every bookie must have exported.
 """
@@ -19,6 +20,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from scanner.audit.arrow_rows import batch_rows, row_batches
 from scanner.audit.dump_frame import DumpFrameStore
 from scanner.audit.judging import AuditContext, LedgerNode, clean_listings
 from scanner.metadata.ledger_paths import LedgerManager, leaf_parents, ledger_id_from_path
@@ -52,15 +54,16 @@ def ledger_frame(spark, store: MetadataStore, context_broadcast):
     """Every ledger of ``store``, prepared for judging, as a DataFrame of ``ledger_schema``, read on the executors."""
     tasks = spark.sparkContext.defaultParallelism * TASKS_PER_CORE
     if isinstance(store, DumpFrameStore):
-        rows = store.ledger_rows(tasks).rdd.mapPartitions(
-            functools.partial(_dump_ledgers, store.manager, store.root))
+        nodes = store.ledger_rows(tasks)
+        read = functools.partial(_dump_ledgers, store.manager, store.root)
     elif isinstance(store, ZooKeeperStore):
-        parents = list(leaf_parents(store.manager, store.root, store.children))
-        rows = spark.sparkContext.parallelize(parents, max(1, min(len(parents), tasks))).mapPartitions(
-            functools.partial(zookeeper_nodes, zookeeper_source(store)))
+        parents = [(parent,) for parent in leaf_parents(store.manager, store.root, store.children)]
+        nodes = spark.createDataFrame(spark.sparkContext.parallelize(parents, max(1, min(len(parents), tasks))),
+                                      "parent string")
+        read = functools.partial(_zookeeper_ledgers, zookeeper_source(store))
     else:
         raise TypeError(f"the audit reads ZooKeeper or a dump through Spark, not {type(store).__name__}")
-    return spark.createDataFrame(rows.mapPartitions(functools.partial(_prepared, context_broadcast)), ledger_schema())
+    return nodes.mapInArrow(functools.partial(_prepared, read, context_broadcast), ledger_schema())
 
 
 def ledger_schema():
@@ -142,15 +145,24 @@ def _where(source: ZooKeeperSource) -> str:
     return f"ZooKeeper {source.hosts}{source.chroot}"
 
 
-def _dump_ledgers(manager: LedgerManager, root: str, rows) -> Iterator[tuple]:
+def _zookeeper_ledgers(source: ZooKeeperSource, rows: Iterable[tuple]) -> Iterator[tuple]:
+    return zookeeper_nodes(source, (parent for parent, in rows))
+
+
+def _dump_ledgers(manager: LedgerManager, root: str, rows: Iterable[tuple]) -> Iterator[tuple]:
     for path, data, ctime, mzxid in rows:
         ledger_id = ledger_id_from_path(manager, root, path)
         if ledger_id is not None:
-            yield ledger_id, path, bytes(data or b""), ctime, mzxid
+            yield ledger_id, path, data or b"", ctime, mzxid
 
 
-def _prepared(context_broadcast, nodes) -> Iterator[tuple]:
+def _prepared(read, context_broadcast, batches):
+    """``mapInArrow``: the ledgers ``read`` finds in the task's rows, each with its status and clean listings."""
     context: AuditContext = context_broadcast.value
-    for ledger_id, path, data, ctime, mzxid in nodes:
-        status, listings = clean_listings(ledger_id, LedgerNode(path, data, ctime, mzxid), context)
-        yield ledger_id, path, data, ctime, mzxid, status.value, listings
+
+    def rows() -> Iterator[tuple]:
+        for ledger_id, path, data, ctime, mzxid in read(batch_rows(batches)):
+            status, listings = clean_listings(ledger_id, LedgerNode(path, data, ctime, mzxid), context)
+            yield ledger_id, path, data, ctime, mzxid, status.value, listings
+
+    return row_batches(rows(), ledger_schema())

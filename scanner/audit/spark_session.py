@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT_MASTER = "local[*]"
+SHUFFLE_PARTITIONS_PER_CORE = 4  # unless set: Spark's 200 would be 200 Python tasks per judged shuffle on a small cluster
 
 # Spark's own default logging prints INFO banners and a native-library warning on every start.
 _LOG4J2 = """\
@@ -120,6 +121,10 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise SparkUnavailable(f"Spark did not start on {master or DEFAULT_MASTER}: {first_line}") from None
     session.sparkContext.setLogLevel("WARN")
+    if not session.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        # a cached plan keeps its shuffle's partitions (adaptive execution does not coalesce them)
+        session.conf.set("spark.sql.shuffle.partitions",
+                         str(session.sparkContext.defaultParallelism * SHUFFLE_PARTITIONS_PER_CORE))
     return session
 
 
