@@ -63,6 +63,24 @@ def test_a_missing_local_exports_dir_is_one_line_before_spark_starts(tmp_path, c
     assert list(tmp_path.iterdir()) == []
 
 
+def test_pyspark_without_pandas_is_one_line_naming_the_extra(tmp_path):
+    # pyspark installed on its own, not through the extra: its own complaint would come mid-audit, as a crash
+    (tmp_path / "exports").mkdir()
+    without_pandas = ("import sys\n"
+                      "class NoPandas:  # what the import system says of a package not installed\n"
+                      "    def find_spec(self, name, path=None, target=None):\n"
+                      "        if name.split('.')[0] == 'pandas':\n"
+                      "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+                      "sys.meta_path.insert(0, NoPandas())\n"
+                      "from scanner.cli import main\n"
+                      "sys.exit(main())\n")
+    done = subprocess.run([sys.executable, "-c", without_pandas, "audit", "--exports", str(tmp_path / "exports"),
+                           "--metadata", f"file:{DUMP}", "--master", "local[1]"],
+                          capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stderr) == (2, "bookie-scanner audit: the audit runs on Spark and pandas is not "
+                                                 "installed: pip install 'bookie-scanner[audit]'\n")
+
+
 def test_what_the_jvm_prints_goes_to_a_log_named_in_the_one_line(tmp_path):
     # a fresh process: the JVM starts here, and whatever it prints must not reach the terminal
     (tmp_path / "exports").mkdir()

@@ -97,6 +97,7 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
     """
     try:
         from pyspark.sql import SparkSession
+        import pandas  # noqa: F401 (pyspark runs the audit's Arrow steps only with it, and says so only once they run)
     except ImportError as exc:
         raise SparkUnavailable(f"the audit runs on Spark and {exc.name} is not installed: "
                                "pip install 'bookie-scanner[audit]'") from None
