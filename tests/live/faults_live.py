@@ -55,6 +55,9 @@ class Injected:
     # (records there by ledger, the ledgers whose records are damaged). A zeroed page or a cut log is not one:
     # BookKeeper's compaction fails on it every time (a zeroed page reads as a negative ledger id), and keeps it.
     logs: dict[int, tuple[dict[int, int], set[int]]] = field(default_factory=dict)
+    # ledgers with records past the zeroed page of its log, on InterleavedLedgerStorage: there BookKeeper 4.16.7's
+    # compaction does take that log, stops silently at the page and removes the log, the records past it lost
+    behind_zeroed_page: set[int] = field(default_factory=set)
     at: float = 0.0  # when the bookie was up again with the damage (time.time()), set by the caller
     # (single-entry kinds prefer a log whose other ledgers hold a fifth of it: deleting them gets it compacted)
 
@@ -162,6 +165,8 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
                 writes.append(partial(os.truncate, sealed[log_id], at))
             else:
                 writes.append(partial(overwrite, sealed[log_id], at, bytes(PAGE)))
+                if storage_kind != "db":
+                    result.behind_zeroed_page = {r.ledger_id for r in held if r.pos >= at}
             result.ledgers[kind] = {r.ledger_id for r in hit}
             used |= result.ledgers[kind]
             continue
