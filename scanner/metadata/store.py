@@ -99,27 +99,31 @@ class MetadataStore(abc.ABC):
 
     def ledger_batch(self, ledger_ids: list[int]) -> list[LedgerRead]:
         """The metadata of each of ``ledger_ids``, read in one batch; undecodable bytes are an ``error``, not a raise."""
+        return [self.ledger_read(ledger_id, path, node)
+                for ledger_id, (path, node) in zip(ledger_ids, self.ledger_nodes(ledger_ids))]
+
+    def ledger_nodes(self, ledger_ids: list[int]) -> list[tuple[str | None, ZNode | None]]:
+        """(znode path, znode) of each of ``ledger_ids``, read in one batch, not decoded; the path is None for an id
+        this manager cannot store, the znode None where there is no such ledger."""
         paths = []
         for ledger_id in ledger_ids:
             try:
                 paths.append(ledger_path(self.manager, self.root, ledger_id))
             except ValueError:
                 paths.append(None)  # an id this manager cannot store cannot exist
-        found = self.nodes([p for p in paths if p is not None])
-        nodes = iter(found)
-        reads = []
-        for ledger_id, path in zip(ledger_ids, paths):
-            node = None if path is None else next(nodes)
-            if node is None:
-                reads.append(LedgerRead(ledger_id, None))
-                continue
-            try:
-                meta = parse_ledger_metadata(ledger_id, node.data or b"", node.ctime, source=path)
-            except MetadataFormatError as exc:
-                reads.append(LedgerRead(ledger_id, None, exc))
-                continue
-            reads.append(LedgerRead(ledger_id, meta, modified_ms=node.mtime if node.version > 0 else None))
-        return reads
+        found = iter(self.nodes([p for p in paths if p is not None]))
+        return [(path, None if path is None else next(found)) for path in paths]
+
+    @staticmethod
+    def ledger_read(ledger_id: int, path: str | None, node: ZNode | None) -> LedgerRead:
+        """One ledger's metadata decoded from its znode (as :meth:`ledger_nodes` gives it)."""
+        if node is None:
+            return LedgerRead(ledger_id, None)
+        try:
+            meta = parse_ledger_metadata(ledger_id, node.data or b"", node.ctime, source=path)
+        except MetadataFormatError as exc:
+            return LedgerRead(ledger_id, None, exc)
+        return LedgerRead(ledger_id, meta, modified_ms=node.mtime if node.version > 0 else None)
 
     def ledger_ids(self) -> Iterator[int]:
         """Every ledger id, lazily, one tree level at a time (ascending within each branch)."""

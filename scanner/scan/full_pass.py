@@ -37,7 +37,9 @@ from scanner.checks.entry_log_check import judge_entry_log
 from scanner.checks.findings import Category, Finding
 from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults
 from scanner.metadata.store import LedgerRead
+from scanner.metadata.ledger import LedgerMetadata
 from scanner.scan.completeness import holds_every_entry
+from scanner.scan.lean_metadata import LeanLedger, lean_ledgers
 from scanner.scan.ledger_table import LedgerTable
 from scanner.scan.location_runs import LocationRuns
 from scanner.scan.orphans import OrphanTrace, orphan_findings
@@ -48,7 +50,7 @@ from scanner.scan.walk_data import KnownLedgers
 from scanner.scan.walker import walk_records
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size
 from scanner.storage.dbstorage import DbIndexError
-from scanner.storage.entry import DIGEST_LENGTH, DigestVerifier
+from scanner.storage.entry import DIGEST_LENGTH, DigestType, DigestVerifier
 from scanner.storage.entrylog import (LENGTH_PREFIX, PACE_INTERVAL, EntryLog, EntryLogError, MissingEntryLog,
                                      TruncatedRecord)
 from scanner.storage.journal import pending_entries
@@ -63,6 +65,7 @@ METADATA_BATCH = 500  # ledgers whose metadata is read in one pipelined round
 SETTLE_SECONDS = 15.0
 BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metadata is read
 _ENTRY_ID = struct.Struct(">8xq")  # a stored entry starts with its ledgerId, then its entryId
+_DIGEST_TYPES = {0: None, **{digest_type.value: digest_type for digest_type in DigestType}}  # by lean number
 
 
 class _Recording:
@@ -173,12 +176,24 @@ class BookiePass:
     def read_index(self) -> None:
         self.runs = LocationRuns(self.scratch)
         index = self.storage.indexed_ledgers(self.dir_index)
+        nodes_of = getattr(self.store, "ledger_nodes", None)  # undecoded znodes: where the store offers them
         try:
             while batch := _next_batch(index):
-                reads = self.store.ledger_batch([ledger_id for ledger_id, _, _ in batch])
+                ledger_ids = [ledger_id for ledger_id, _, _ in batch]
                 self.pacer.take_entries(sum(len(entry_ids) for _, entry_ids, _ in batch if entry_ids is not None))
-                for (_, entry_ids, raw_locations), read in zip(batch, reads):
-                    self._index_ledger(read, entry_ids, raw_locations)
+                if nodes_of is None:
+                    for (_, entry_ids, raw_locations), read in zip(batch, self.store.ledger_batch(ledger_ids)):
+                        self._index_ledger(read, entry_ids, raw_locations)
+                    continue
+                nodes = nodes_of(ledger_ids)
+                leans = lean_ledgers(ledger_ids, [None if node is None else node.data for _, node in nodes],
+                                     self.bookie_id, [entry_ids for _, entry_ids, _ in batch])
+                for (ledger_id, entry_ids, raw_locations), (path, node), lean in zip(batch, nodes, leans):
+                    if lean is None:
+                        self._index_ledger(self.store.ledger_read(ledger_id, path, node), entry_ids, raw_locations)
+                    else:
+                        self._index_lean(ledger_id, lean, entry_ids, raw_locations,
+                                         lambda: self.store.ledger_read(ledger_id, path, node).meta)
         except DbIndexError as error:
             # The index stops reading part-way: every ledger it would have listed is judged on its own.
             log.warning("%s", error)
@@ -205,12 +220,33 @@ class BookiePass:
         if read.meta is None:
             if owned:
                 self.orphans[ledger_id].indexed = len(entry_ids)
+            self._add_locations(ledger_id, entry_ids, raw_locations)
         else:
-            self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
-            if owned and not holds_every_entry(read.meta, self.bookie_id, entry_ids):
-                evidence = LedgerEvidence(ledger_id, entry_ids)
-                if any(not f.category.informational for f in judge_ledger(read.meta, self.bookie_id, evidence)):
-                    self._recheck.add(ledger_id)
+            complete = not owned or holds_every_entry(read.meta, self.bookie_id, entry_ids)
+            self._index_known(ledger_id, read.meta.digest_type, read.meta.password, complete, lambda: read.meta,
+                              entry_ids, raw_locations)
+
+    def _index_lean(self, ledger_id: int, lean: LeanLedger, entry_ids, raw_locations,
+                    meta: Callable[[], LedgerMetadata]) -> None:
+        """A ledger the index lists and the metadata has, from what :mod:`scanner.scan.lean_metadata` took of it."""
+        digest_type, password, complete = lean
+        if self.owns_ledger(ledger_id):
+            self.totals.ledgers_checked += 1
+        self._index_known(ledger_id, _DIGEST_TYPES[digest_type], password, complete, meta, entry_ids, raw_locations)
+
+    def _index_known(self, ledger_id: int, digest_type: DigestType | None, password: bytes | None, complete: bool,
+                     meta: Callable[[], LedgerMetadata], entry_ids, raw_locations) -> None:
+        """``complete``: whether the index holds every entry owed (for a ledger this pass owns); ``meta`` gives the
+        whole metadata, for a ledger that is not."""
+        self.table.add(ledger_id, digest_type, password)
+        if self.owns_ledger(ledger_id) and not complete:
+            metadata = meta()
+            evidence = LedgerEvidence(ledger_id, entry_ids)
+            if any(not f.category.informational for f in judge_ledger(metadata, self.bookie_id, evidence)):
+                self._recheck.add(ledger_id)
+        self._add_locations(ledger_id, entry_ids, raw_locations)
+
+    def _add_locations(self, ledger_id: int, entry_ids, raw_locations) -> None:
         if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
             entry_ids, raw_locations = self._into_own_logs(entry_ids, raw_locations)
         self.runs.add(ledger_id, entry_ids, raw_locations)
