@@ -29,13 +29,33 @@ ITEMS = [
 ]
 
 
-@pytest.mark.parametrize("indent", [None, 0, 2])
+def a_line_each(items: list) -> str:
+    """The list as write_dump lays a dump out: an item a line."""
+    return "[\n" + ",\n".join(json.dumps(item, ensure_ascii=False) for item in items) + "\n]\n"
+
+
+@pytest.mark.parametrize("indent", [None, 0, 2, "a line each"])
 @pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8, 13, 64, 1 << 20])
 def test_a_list_read_in_chunks_gives_the_items_json_gives(monkeypatch, indent, chunk):
     monkeypatch.setattr(json_list, "READ_CHUNK", chunk)
-    for items in (ITEMS, [], ITEMS[:1], ITEMS[::-1]):
-        text = json.dumps(items, indent=indent, ensure_ascii=False)
+    for items in (ITEMS, [], ITEMS[:1], ITEMS[::-1], ITEMS * 50):
+        text = a_line_each(items) if indent == "a line each" else json.dumps(items, indent=indent, ensure_ascii=False)
         assert list(json_list_items(io.StringIO(text))) == json.loads(text)
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
+@pytest.mark.parametrize("damage", ["{]", ",", "", "[1,", '{"a": 1}\n{"b": 2}', "1 2"])
+def test_damage_after_whole_lines_is_refused_where_the_item_by_item_reader_refuses_it(monkeypatch, chunk, damage):
+    monkeypatch.setattr(json_list, "READ_CHUNK", chunk)
+    good = a_line_each(ITEMS * 20)[:-3]  # the items, each line but the last ending in a comma
+    for text in (f"{good},\n{damage}\n]", f"{good},\n{damage},\n{good[2:]}\n]"):
+        with pytest.raises(NotJson) as by_lines:
+            list(json_list_items(io.StringIO(text)))
+        reader = json_list._ListReader(io.StringIO(text))
+        reader._by_lines = False
+        with pytest.raises(NotJson) as one_at_a_time:
+            list(reader.items())
+        assert str(by_lines.value) == str(one_at_a_time.value)
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,7 @@ class _ListReader:
         self._pos = 0
         self._dropped = 0  # characters before self._text, for error positions
         self._eof = False
+        self._by_lines = True  # whole lines decoded at once while they are whole items
 
     def items(self) -> Iterator[object]:
         if self._peek() != "[":
@@ -53,6 +54,7 @@ class _ListReader:
             self._pos += 1
         else:
             while True:
+                yield from self._whole_lines()
                 yield self._value()
                 delimiter = self._peek()
                 if delimiter not in (",", "]"):
@@ -71,6 +73,24 @@ class _ListReader:
                 return self._text[self._pos]
             if not self._read_more():
                 return ""
+
+    def _whole_lines(self) -> list:
+        """The items up to the last comma that ends a line in what is read, decoded at once (the comma consumed), when
+        what is before that comma is items and commas alone (a list written an item a line); else none, and the items
+        are read one at a time from here on. A JSON string never holds a line end: an item cut there does not decode.
+        """
+        if not self._by_lines:
+            return []
+        end = self._text.rfind(",\n", self._pos)
+        if end < 0 or not self._text[self._pos:end].strip():
+            return []
+        try:
+            items = json.loads("[" + self._text[self._pos:end] + "]")
+        except json.JSONDecodeError:
+            self._by_lines = False
+            return []
+        self._pos = end + 1
+        return items
 
     def _value(self) -> object:
         self._peek()

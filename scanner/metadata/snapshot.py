@@ -81,8 +81,9 @@ def _guess_root(layout_paths: list[str]) -> str:
 def _read_dump(path: Path) -> Iterator[ZNode]:
     try:
         with path.open(encoding="utf-8-sig") as f:
+            dump = str(path)
             for i, entry in enumerate(json_list_items(f)):
-                yield _znode(entry, f"{path}: entry {i}")
+                yield _znode(entry, dump, i)
     except OSError as exc:
         raise DumpFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (NotJson, UnicodeDecodeError) as exc:
@@ -93,34 +94,24 @@ def _read_dump(path: Path) -> Iterator[ZNode]:
         raise DumpFormatError(f"{path}: not a dump: JSON nested deeper than Python's recursion limit") from None
 
 
-def _znode(entry: object, where: str) -> ZNode:
+def _znode(entry: object, dump: str, i: int) -> ZNode:
     if not isinstance(entry, dict):
-        raise DumpFormatError(f"{where}: expected an object, found {type(entry).__name__}")
+        raise DumpFormatError(f"{dump}: entry {i}: expected an object, found {type(entry).__name__}")
     path = entry.get("path")
     if not isinstance(path, str) or not path.startswith("/"):
-        raise DumpFormatError(f"{where}: 'path' must be an absolute znode path, found {path!r}")
+        raise DumpFormatError(f"{dump}: entry {i}: 'path' must be an absolute znode path, found {path!r}")
     encoded = entry.get("data_b64")
     if encoded is not None and not isinstance(encoded, str):
-        raise DumpFormatError(f"{where} ({path}): 'data_b64' must be a string or null")
+        raise DumpFormatError(f"{dump}: entry {i} ({path}): 'data_b64' must be a string or null")
     try:
         data = None if encoded is None else base64.b64decode(encoded, validate=True)
     except ValueError as exc:  # binascii.Error, or a character outside ASCII
-        raise DumpFormatError(f"{where} ({path}): 'data_b64' is not base64: {exc}") from None
-    numbers = {}
-    for key in ("mzxid", "version", "ctime"):
-        value = entry.get(key)
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
-                                      and _INT64_MIN <= value <= _INT64_MAX):
-            raise DumpFormatError(f"{where} ({path}): {key!r} must be an integer (64-bit), found {value!r}")
-        numbers[key] = value
-    return ZNode(
-        path=path,
-        data=data,
-        ephemeral=bool(entry.get("ephemeral", False)),
-        mzxid=numbers["mzxid"] or 0,
-        version=numbers["version"] or 0,
-        ctime=numbers["ctime"],
-    )
+        raise DumpFormatError(f"{dump}: entry {i} ({path}): 'data_b64' is not base64: {exc}") from None
+    mzxid, version, ctime = entry.get("mzxid"), entry.get("version"), entry.get("ctime")
+    for key, value in (("mzxid", mzxid), ("version", version), ("ctime", ctime)):
+        if value is not None and not (type(value) is int and _INT64_MIN <= value <= _INT64_MAX):  # not a bool either
+            raise DumpFormatError(f"{dump}: entry {i} ({path}): {key!r} must be an integer (64-bit), found {value!r}")
+    return ZNode(path, data, bool(entry.get("ephemeral", False)), mzxid or 0, version or 0, ctime)
 
 
 def write_dump(store: MetadataStore, out: TextIO, root: str | None = None) -> int:
