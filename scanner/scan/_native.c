@@ -922,22 +922,27 @@ static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint6
     for (int at = 0; at < s.bits; at += SORT_DIGIT)
         if ((varying >> at) & (SORT_BUCKETS - 1))
             shifts[passes++] = index_bits + at;
-    for (size_t i = 0; i < n; i++) { /* packed, and every digit counted in one read */
-        uint64_t v = packed_key(&s, keys[i]) << index_bits | i;
-        p[i] = v;
-        for (int d = 0; d < passes; d++)
-            counts[d][(v >> shifts[d]) & (SORT_BUCKETS - 1)]++;
+    /* The packing's fields in locals: the counts' stores could alias them, which would reload them per element. */
+    const int low = s.low, gap = s.gap, skip = s.gap + s.gap_width;
+    const uint64_t below_gap = low_bits(s.gap), above_gap = low_bits(s.bits - s.gap);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = keys[i] >> low;
+        p[i] = ((x & below_gap) | ((x >> skip) & above_gap) << gap) << index_bits | i;
     }
     for (int d = 0; d < passes; d++) {
+        const int shift = shifts[d];
+        uint32_t *count = counts[d];
+        for (size_t i = 0; i < n; i++)
+            count[(p[i] >> shift) & (SORT_BUCKETS - 1)]++;
         uint32_t sum = 0; /* n < 2^32 */
         for (unsigned k = 0; k < SORT_BUCKETS; k++) {
-            uint32_t c = counts[d][k];
-            counts[d][k] = sum;
+            uint32_t c = count[k];
+            count[k] = sum;
             sum += c;
         }
         for (size_t i = 0; i < n; i++) {
             uint64_t v = p[i];
-            q[counts[d][(v >> shifts[d]) & (SORT_BUCKETS - 1)]++] = v;
+            q[count[(v >> shift) & (SORT_BUCKETS - 1)]++] = v;
         }
         uint64_t *t = p;
         p = q, q = t;
