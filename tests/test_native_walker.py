@@ -46,13 +46,14 @@ def test_the_native_walker_is_built_and_walks_unless_told_otherwise(tmp_path, ca
 
 @settings(max_examples=200, deadline=None)
 @given(data=st.one_of(st.binary(max_size=300), st.sampled_from(LENGTHS).map(os.urandom)),
-       value=st.integers(0, 2**32 - 1))
-def test_the_crcs_are_the_libraries(data, value):
+       value=st.integers(0, 2**32 - 1), offset=st.integers(0, 15))
+def test_the_crcs_are_the_libraries(data, value, offset):
     from scanner.scan import _native
 
-    assert _native.crc32c(data, value) == crc32c.crc32c(data, value)
-    assert _native.crc32c_portable(data, value) == crc32c.crc32c(data, value)
-    assert _native.crc32(data, value) == zlib.crc32(data, value)
+    view = memoryview(os.urandom(offset) + data)[offset:]  # at every alignment, as records lie in a chunk
+    assert _native.crc32c(view, value) == crc32c.crc32c(data, value)
+    assert _native.crc32c_portable(view, value) == crc32c.crc32c(data, value)
+    assert _native.crc32(view, value) == zlib.crc32(data, value)
 
 
 locations = st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)),
@@ -61,10 +62,13 @@ locations = st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 -
 
 @settings(max_examples=100, deadline=None)
 @given(runs=st.lists(locations, max_size=5),
-       small=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**33)), max_size=300))
-def test_sorting_and_merging_locations_natively_gives_what_pyarrow_gives(runs, small):
-    # Locations that mostly differ in a few bytes too (a few logs, positions below 2**33): passes skipped.
-    runs = runs + [[((log << 32) | pos, log, pos) for log, pos in small]]
+       small=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**33)), max_size=300),
+       tied=st.lists(st.tuples(st.sampled_from([0, 1, 2**31, 2**40 + 5, 2**63]), st.integers(0, 3)), max_size=300))
+def test_sorting_and_merging_locations_natively_gives_what_pyarrow_gives(runs, small, tied):
+    # Locations that mostly differ in a few bytes too (a few logs, positions below 2**33: packed with their index,
+    # the gap between the bits of the log and the position squeezed out), and many equal ones (ties keep their order).
+    runs = runs + [[((log << 32) | pos, log, pos) for log, pos in small], [(key, i, tag) for i, (key, tag) in
+                                                                           enumerate(tied)]]
 
     def both(operation, *arguments):
         native = operation(*[copy(argument) for argument in arguments])
@@ -75,10 +79,19 @@ def test_sorting_and_merging_locations_natively_gives_what_pyarrow_gives(runs, s
 
     sorted_runs = [both(sorted_by_location, *(array("Q", column) for column in list(zip(*run)) or [(), (), ()]))
                    for run in runs]
-    assert all(list(run[0]) == sorted(run[0]) for run in sorted_runs)
-    merged = both(merged_by_location, sorted_runs)
+    for run, ordered in zip(runs, sorted_runs):
+        assert list(ordered[0]) == sorted(ordered[0])
+        assert list(zip(*ordered)) == sorted(run, key=lambda triple: triple[0])  # stable: ties in their order
+    concatenated = [array("Q", [v for run in sorted_runs for v in run[c]]) for c in range(3)]
+    merged = both(merged_by_location, *concatenated)
     assert list(merged[0]) == sorted(loc for run in runs for loc, _, _ in run)
     assert list(merged[3]) == [loc & 0xFFFFFFFF for loc in merged[0]]
+    # a run is sorted where it is filled, the front of larger columns
+    wider = [array("Q", list(column) + [7] * 5) for column in zip(*runs[-2])] if runs[-2] else []
+    if wider:
+        native = sorted_by_location(*(memoryview(column)[:len(runs[-2])] for column in wider))
+        assert list(zip(*native)) == sorted(runs[-2], key=lambda triple: triple[0])
+        assert all(list(column[len(runs[-2]):]) == [7] * 5 for column in wider)
 
 
 @settings(max_examples=200, deadline=None)

@@ -860,11 +860,110 @@ static PyTypeObject WalkerType = {
 
 /* ---- the index's locations: sorted runs, merged per log; the completeness count ------------------------ */
 
-/* Sorts (keys, a, b) by keys (b may be NULL: no such column), stably: a radix sort of (key, index) over the key bytes that differ, then a gather. */
-static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n) {
-    uint64_t differ = 0;
-    for (size_t i = 1; i < n; i++)
-        differ |= keys[i] ^ keys[0];
+/* Sorting by a uint64 key, stably: a least-significant-digit radix sort over the key bits that differ.
+ *
+ * When the bits in which keys differ and an index fit in 64 bits together (the index's locations: a few entry logs
+ * and positions within them differ in about 30 bits), each key is packed with its index into one uint64: the key's
+ * bits from the lowest one that differs up, the widest gap of bits no key differs in squeezed out, above the index.
+ * Those are sorted by SORT_DIGIT-bit digits (those that differ), the other columns then gathered by the index the
+ * low bits hold, and the keys rebuilt from the high bits. Otherwise (key, index) pairs are sorted by the key's
+ * bytes that differ. */
+
+#define SORT_DIGIT 11
+#define SORT_BUCKETS (1u << SORT_DIGIT)
+#define SORT_PASSES ((64 + SORT_DIGIT - 1) / SORT_DIGIT)
+
+static inline uint64_t low_bits(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
+
+/* How keys are packed: bits [low, ...) of a key, with bits [gap, gap + gap_width) of those left out; `bits` remain. */
+typedef struct {
+    int low, gap, gap_width, bits;
+} Packing;
+
+static Packing packing_of(uint64_t differ) {
+    Packing s = {__builtin_ctzll(differ), 0, 0, 0};
+    uint64_t d = differ >> s.low; /* bit 0 set */
+    int top = 63 - __builtin_clzll(d);
+    for (int i = 1; i < top;) {
+        if (d >> i & 1) {
+            i++;
+            continue;
+        }
+        int j = i;
+        while (!(d >> j & 1))
+            j++;
+        if (j - i > s.gap_width)
+            s.gap = i, s.gap_width = j - i;
+        i = j;
+    }
+    s.bits = top + 1 - s.gap_width;
+    return s;
+}
+
+static inline uint64_t packed_key(const Packing *s, uint64_t key) {
+    uint64_t x = key >> s->low;
+    return (x & low_bits(s->gap)) | ((x >> (s->gap + s->gap_width)) & low_bits(s->bits - s->gap)) << s->gap;
+}
+
+static inline uint64_t unpacked_key(const Packing *s, uint64_t packed) {
+    return ((packed & low_bits(s->gap)) | (packed >> s->gap) << (s->gap + s->gap_width)) << s->low;
+}
+
+static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ, int index_bits) {
+    Packing s = packing_of(differ);
+    uint64_t *p = PyMem_RawMalloc(n * sizeof(uint64_t)), *q = PyMem_RawMalloc(n * sizeof(uint64_t));
+    uint32_t(*counts)[SORT_BUCKETS] = PyMem_RawCalloc(SORT_PASSES, sizeof *counts);
+    if (p == NULL || q == NULL || counts == NULL) {
+        PyMem_RawFree(p), PyMem_RawFree(q), PyMem_RawFree(counts);
+        return -1;
+    }
+    uint64_t varying = packed_key(&s, differ);
+    int shifts[SORT_PASSES], passes = 0;
+    for (int at = 0; at < s.bits; at += SORT_DIGIT)
+        if ((varying >> at) & (SORT_BUCKETS - 1))
+            shifts[passes++] = index_bits + at;
+    /* The packing's fields in locals: the counts' stores could alias them, which would reload them per element. */
+    const int low = s.low, gap = s.gap, skip = s.gap + s.gap_width;
+    const uint64_t below_gap = low_bits(s.gap), above_gap = low_bits(s.bits - s.gap);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = keys[i] >> low;
+        p[i] = ((x & below_gap) | ((x >> skip) & above_gap) << gap) << index_bits | i;
+    }
+    for (int d = 0; d < passes; d++) {
+        const int shift = shifts[d];
+        uint32_t *count = counts[d];
+        for (size_t i = 0; i < n; i++)
+            count[(p[i] >> shift) & (SORT_BUCKETS - 1)]++;
+        uint32_t sum = 0; /* n < 2^32 */
+        for (unsigned k = 0; k < SORT_BUCKETS; k++) {
+            uint32_t c = count[k];
+            count[k] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v = p[i];
+            q[count[(v >> shift) & (SORT_BUCKETS - 1)]++] = v;
+        }
+        uint64_t *t = p;
+        p = q, q = t;
+    }
+    uint64_t index_mask = low_bits(index_bits);
+    uint64_t *columns[2] = {a, b};
+    for (int c = 0; c < 2 && columns[c] != NULL; c++) {
+        for (size_t i = 0; i < n; i++)
+            q[i] = columns[c][p[i] & index_mask];
+        memcpy(columns[c], q, n * sizeof(uint64_t));
+    }
+    /* The bits no key differs in are keys[0]'s. */
+    uint64_t carried = unpacked_key(&s, low_bits(s.bits)), base = keys[0] & ~carried;
+    for (size_t i = 0; i < n; i++)
+        keys[i] = base | unpacked_key(&s, p[i] >> index_bits);
+    PyMem_RawFree(p), PyMem_RawFree(q), PyMem_RawFree(counts);
+    return 0;
+}
+
+/* (key, index) pairs sorted by the key bytes that differ, then the other columns gathered. */
+static int sort_general(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ) {
     uint64_t *k2 = PyMem_RawMalloc(n * sizeof(uint64_t)), *spare = PyMem_RawMalloc(n * sizeof(uint64_t));
     uint32_t *order = PyMem_RawMalloc(n * sizeof(uint32_t)), *o2 = PyMem_RawMalloc(n * sizeof(uint32_t));
     if (k2 == NULL || spare == NULL || order == NULL || o2 == NULL) {
@@ -903,12 +1002,29 @@ static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n) {
     return 0;
 }
 
+/* Sorts (keys, a, b) by keys, stably (b may be NULL: no such column); n in [2, 2^32). */
+static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n) {
+    uint64_t differ = 0;
+    for (size_t i = 1; i < n; i++)
+        differ |= keys[i] ^ keys[0];
+    if (differ == 0)
+        return 0; /* all equal: in order already */
+    int index_bits = 64 - __builtin_clzll((uint64_t)(n - 1));
+    if (packing_of(differ).bits + index_bits <= 64)
+        return sort_packed(keys, a, b, n, differ, index_bits);
+    return sort_general(keys, a, b, n, differ);
+}
+
+/* sort_by_location(locations, ledgers, entries, positions=None): the three uint64 columns sorted by location, stably,
+ * in place (slices already sorted, one after the other, come out merged, ties in their order); positions, when
+ * given, filled with each sorted location's position (its low 32 bits). */
 static PyObject *native_sort_by_location(PyObject *m, PyObject *args) {
-    PyObject *objects[3];
-    if (!PyArg_ParseTuple(args, "OOO", &objects[0], &objects[1], &objects[2]))
+    PyObject *objects[4] = {NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTuple(args, "OOO|O", &objects[0], &objects[1], &objects[2], &objects[3]))
         return NULL;
-    Py_buffer views[3];
-    for (int i = 0; i < 3; i++)
+    int columns = objects[3] == NULL || objects[3] == Py_None ? 3 : 4;
+    Py_buffer views[4];
+    for (int i = 0; i < columns; i++)
         if (writable_uint64(objects[i], &views[i]) < 0) {
             while (i--)
                 PyBuffer_Release(&views[i]);
@@ -916,17 +1032,25 @@ static PyObject *native_sort_by_location(PyObject *m, PyObject *args) {
         }
     size_t n = (size_t)(views[0].len / 8);
     int failed = 0;
-    if (views[1].len != views[0].len || views[2].len != views[0].len || n > UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "three columns of one length (below 2^32) are sorted");
+    for (int i = 1; i < columns; i++)
+        failed |= views[i].len != views[0].len;
+    if (failed || n > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "columns of one length (below 2^32) are sorted");
         failed = 1;
-    } else if (n > 1) {
+    } else {
         Py_BEGIN_ALLOW_THREADS
-        failed = sort_triples(views[0].buf, views[1].buf, views[2].buf, n) < 0;
+        failed = n > 1 && sort_triples(views[0].buf, views[1].buf, views[2].buf, n) < 0;
+        if (!failed && columns == 4) {
+            const uint64_t *locations = views[0].buf;
+            uint64_t *positions = views[3].buf;
+            for (size_t i = 0; i < n; i++)
+                positions[i] = locations[i] & 0xFFFFFFFFu;
+        }
         Py_END_ALLOW_THREADS
         if (failed)
             PyErr_NoMemory();
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < columns; i++)
         PyBuffer_Release(&views[i]);
     if (failed)
         return NULL;
@@ -960,118 +1084,6 @@ static PyObject *native_sort_pairs(PyObject *m, PyObject *args) {
     PyBuffer_Release(&views[0]);
     PyBuffer_Release(&views[1]);
     if (failed)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-/* A min-heap of slices by their next location; `at` is each slice's next index. */
-static inline uint64_t head_of(const Py_buffer *in, const size_t *at, Py_ssize_t s) {
-    return ((const uint64_t *)in[3 * s].buf)[at[s]];
-}
-
-/* Ties go to the earlier slice: the merge is stable, as a stable sort of the slices one after the other is. */
-static inline int before(const Py_buffer *in, const size_t *at, Py_ssize_t a, Py_ssize_t b) {
-    uint64_t va = head_of(in, at, a), vb = head_of(in, at, b);
-    return va < vb || (va == vb && a < b);
-}
-
-static void sift_down(Py_ssize_t *heap, Py_ssize_t size, Py_ssize_t i, const Py_buffer *in, const size_t *at) {
-    for (;;) {
-        Py_ssize_t least = i, left = 2 * i + 1, right = left + 1;
-        if (left < size && before(in, at, heap[left], heap[least]))
-            least = left;
-        if (right < size && before(in, at, heap[right], heap[least]))
-            least = right;
-        if (least == i)
-            return;
-        Py_ssize_t t = heap[i]; heap[i] = heap[least]; heap[least] = t;
-        i = least;
-    }
-}
-
-static void merge_slices(const Py_buffer *in, size_t *at, Py_ssize_t *heap, Py_ssize_t k, uint64_t *loc, uint64_t *led,
-                         uint64_t *ent, uint64_t *pos) {
-    Py_ssize_t size = 0;
-    for (Py_ssize_t s = 0; s < k; s++)
-        if (in[3 * s].len > 0)
-            heap[size++] = s;
-    for (Py_ssize_t i = size / 2 - 1; i >= 0; i--)
-        sift_down(heap, size, i, in, at);
-    size_t i = 0;
-    while (size > 0) {
-        Py_ssize_t s = heap[0];
-        size_t j = at[s]++;
-        uint64_t v = ((const uint64_t *)in[3 * s].buf)[j];
-        loc[i] = v;
-        led[i] = ((const uint64_t *)in[3 * s + 1].buf)[j];
-        ent[i] = ((const uint64_t *)in[3 * s + 2].buf)[j];
-        pos[i++] = v & 0xFFFFFFFFu;
-        if (at[s] == (size_t)(in[3 * s].len / 8))
-            heap[0] = heap[--size];
-        sift_down(heap, size, 0, in, at);
-    }
-}
-
-/* Merges k sorted (location, ledger, entry) slices into the four output columns (the fourth: positions). */
-static PyObject *native_merge_by_location(PyObject *m, PyObject *args) {
-    PyObject *slices, *outputs[4];
-    if (!PyArg_ParseTuple(args, "OOOOO", &slices, &outputs[0], &outputs[1], &outputs[2], &outputs[3]))
-        return NULL;
-    PyObject *sequence = PySequence_Fast(slices, "slices must be a sequence of (locations, ledgers, entries)");
-    if (sequence == NULL)
-        return NULL;
-    Py_ssize_t k = PySequence_Fast_GET_SIZE(sequence);
-    Py_buffer *in = PyMem_Calloc((size_t)(3 * k + 1), sizeof(Py_buffer));
-    size_t *at = PyMem_Calloc((size_t)k + 1, sizeof(size_t));
-    Py_ssize_t *heap = PyMem_Calloc((size_t)k + 1, sizeof(Py_ssize_t));
-    Py_buffer out[4];
-    int got = 0, outs = 0, ok = in != NULL && at != NULL && heap != NULL;
-    if (!ok)
-        PyErr_NoMemory();
-    size_t total = 0;
-    for (Py_ssize_t s = 0; ok && s < k; s++) {
-        PyObject *triple = PySequence_Fast_GET_ITEM(sequence, s);
-        if (!PyTuple_Check(triple) || PyTuple_GET_SIZE(triple) != 3) {
-            PyErr_SetString(PyExc_TypeError, "each slice is a (locations, ledgers, entries) tuple");
-            ok = 0;
-            break;
-        }
-        for (int c = 0; c < 3 && ok; c++) {
-            if (uint64_column(PyTuple_GET_ITEM(triple, c), &in[3 * s + c]) < 0)
-                ok = 0;
-            else
-                got++;
-        }
-        if (ok && (in[3 * s + 1].len != in[3 * s].len || in[3 * s + 2].len != in[3 * s].len)) {
-            PyErr_SetString(PyExc_ValueError, "a slice's columns differ in length");
-            ok = 0;
-        }
-        if (ok)
-            total += (size_t)(in[3 * s].len / 8);
-    }
-    for (int c = 0; ok && c < 4; c++) {
-        if (writable_uint64(outputs[c], &out[c]) < 0)
-            ok = 0;
-        else if (outs++, (size_t)(out[c].len / 8) != total) {
-            PyErr_SetString(PyExc_ValueError, "each output column must hold every location of the slices");
-            ok = 0;
-        }
-    }
-    if (ok) {
-        uint64_t *loc = out[0].buf, *led = out[1].buf, *ent = out[2].buf, *pos = out[3].buf;
-        Py_BEGIN_ALLOW_THREADS
-        merge_slices(in, at, heap, k, loc, led, ent, pos);
-        Py_END_ALLOW_THREADS
-    }
-    for (int i = 0; i < got; i++)
-        PyBuffer_Release(&in[i]);
-    for (int c = 0; c < outs; c++)
-        PyBuffer_Release(&out[c]);
-    PyMem_Free(in);
-    PyMem_Free(at);
-    PyMem_Free(heap);
-    Py_DECREF(sequence);
-    if (!ok)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -1478,11 +1490,10 @@ static PyMethodDef module_methods[] = {
     {"crc32c_portable", native_crc32c_portable, METH_VARARGS, "crc32c(data, value=0) without CPU instructions"},
     {"crc32", native_crc32, METH_VARARGS, "crc32(data, value=0): CRC32 as zlib computes it"},
     {"sort_by_location", native_sort_by_location, METH_VARARGS,
-     "sort_by_location(locations, ledgers, entries): the three uint64 columns sorted by location, in place"},
+     "sort_by_location(locations, ledgers, entries, positions=None): sorted by location, stably, in place; "
+     "positions filled with the sorted locations' low 32 bits"},
     {"sort_pairs", native_sort_pairs, METH_VARARGS,
      "sort_pairs(keys, values): two uint64 columns sorted by the first, stably, in place"},
-    {"merge_by_location", native_merge_by_location, METH_VARARGS,
-     "merge_by_location([(locations, ledgers, entries)], locations, ledgers, entries, positions): sorted slices merged"},
     {"owned_count", native_owned_count, METH_VARARGS,
      "owned_count(entry_ids, low, high, index, size, quorum): entries of [low, high) striped onto ensemble index"},
     {"open_index_files", native_open_index_files, METH_VARARGS,

@@ -37,11 +37,11 @@ class _Run:
 
     __slots__ = ("_fd", "_offset", "count", "_fences")
 
-    def __init__(self, fd: int, offset: int, locations: array):
+    def __init__(self, fd: int, offset: int, locations: array | memoryview):
         self._fd = fd
         self._offset = offset
         self.count = len(locations)
-        self._fences = locations[::FENCE]
+        self._fences = array("Q", locations[::FENCE])
 
     def span(self, low: int, high: int, start: int = 0) -> tuple[int, int]:
         """Indexes [i, j) of the locations in [low, high), searching from ``start``."""
@@ -60,10 +60,15 @@ class _Run:
 
     def column(self, which: int, i: int, j: int) -> array:
         """Entries [i, j) of column ``which`` (0 locations, 1 ledger ids, 2 entry ids)."""
-        values = array("Q")
-        if j > i:
-            values.frombytes(os.pread(self._fd, (j - i) * _WIDTH, self._offset + (which * self.count + i) * _WIDTH))
+        values = array("Q", bytes(_WIDTH)) * (j - i)
+        self.read_into(values, which, i, j)
         return values
+
+    def read_into(self, values: array | memoryview, which: int, i: int, j: int) -> None:
+        """Entries [i, j) of column ``which`` read into ``values`` (as long)."""
+        want = (j - i) * _WIDTH
+        if want and os.preadv(self._fd, [values], self._offset + (which * self.count + i) * _WIDTH) != want:
+            raise OSError(f"the locations' scratch file ended before entry {j} of a run")
 
 
 class LocationRuns:
@@ -73,7 +78,9 @@ class LocationRuns:
         self._dir = Path(tempfile.mkdtemp(prefix="locations-", dir=scratch))
         self._file = open(self._dir / "runs", "w+b")  # every run, one after the other
         self._run_entries = run_entries
+        # the run being filled: its first ``_filled`` locations, ledger ids and entry ids
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
+        self._filled = 0
         self._runs: list[_Run] = []
         self._log_ids: set[int] = set()  # every entry log some location points into
         self._sorted_log_ids: list[int] | None = None  # once the runs are complete
@@ -82,27 +89,42 @@ class LocationRuns:
 
     def add(self, ledger_id: int, entry_ids: array, raw_locations: array) -> None:
         """The ledger's indexed entries and their encoded locations (``EntryLocation.encode``)."""
-        self._locations.extend(raw_locations)
-        self._entry_ids.extend(entry_ids)
-        self._ledger_ids.extend(array("Q", [ledger_id]) * len(entry_ids))
-        self.count += len(entry_ids)
-        if len(self._locations) >= self._run_entries:
+        n = len(entry_ids)
+        start, end = self._filled, self._filled + n
+        if end > len(self._locations):  # the run's columns grow to their size once, then serve every run
+            more = array("Q", bytes(8)) * (max(end, min(2 * len(self._locations), self._run_entries)) - start)
+            for column in (self._locations, self._ledger_ids, self._entry_ids):
+                del column[start:]
+                column.extend(more)
+        self._locations[start:end] = raw_locations
+        self._entry_ids[start:end] = entry_ids
+        self._ledger_ids[start:end] = array("Q", [ledger_id]) * n
+        self._filled = end
+        self.count += n
+        if end >= self._run_entries:
             self._spill()
 
     def finish(self) -> None:
-        """No more locations: the rest goes to a run of its own."""
-        if self._locations:
+        """No more locations: the rest goes to a run of its own; the run's columns are let go."""
+        if self._filled:
             self._spill()
+        self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
 
     def _spill(self) -> None:
         offset = self._file.tell()
-        locations, ledger_ids, entry_ids = sorted_by_location(self._locations, self._ledger_ids, self._entry_ids)
+        filled = [memoryview(column)[:self._filled] for column in (self._locations, self._ledger_ids, self._entry_ids)]
+        locations, ledger_ids, entry_ids = sorted_by_location(*filled)
         for column in (locations, ledger_ids, entry_ids):
-            column.tofile(self._file)
+            self._file.write(column)
         self._file.flush()
         self._log_ids.update(log_ids_of(locations))
-        self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
         self._runs.append(_Run(self._file.fileno(), offset, locations))
+        for view in filled:
+            view.release()
+        self._filled = 0
+        if len(self._locations) > self._run_entries:  # one ledger filled it beyond a run: not kept for the next
+            for column in (self._locations, self._ledger_ids, self._entry_ids):
+                del column[self._run_entries:]
 
     def entry_log_ids(self) -> list[int]:
         """Every entry log some location points into, ascending (noted while spilling: looking them up in
@@ -202,6 +224,15 @@ class _Batch:
 
 
 def _merged(taken: list[tuple[_Run, int, int]]) -> tuple[array, array, array, array]:
-    """(locations, ledger ids, entry ids, positions) of the runs' slices ``taken``, merged in location order."""
-    return merged_by_location([(run.column(0, i, j), run.column(1, i, j), run.column(2, i, j))
-                               for run, i, j in taken if j > i])
+    """(locations, ledger ids, entry ids, positions) of the runs' slices ``taken``, merged in location order: read one
+    after the other into three columns, then sorted."""
+    columns = [array("Q", bytes(_WIDTH)) * sum(j - i for _, i, j in taken) for _ in range(3)]
+    views = [memoryview(column) for column in columns]
+    at = 0
+    for run, i, j in taken:
+        for which, view in enumerate(views):
+            run.read_into(view[at:at + j - i], which, i, j)
+        at += j - i
+    for view in views:
+        view.release()
+    return merged_by_location(*columns)

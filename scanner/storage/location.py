@@ -58,9 +58,10 @@ def native_array(values, typecode: str) -> array:
     return out
 
 
-def arrow_view(values: array):
-    """An ``array`` of unsigned ints as a pyarrow array over the same memory (no copy: keep ``values`` unchanged)."""
+def arrow_view(values: array | memoryview):
+    """An ``array`` of unsigned ints (or a memoryview of one) as a pyarrow array over the same memory (no copy: keep
+    ``values`` unchanged)."""
     import pyarrow as pa
 
-    kind = getattr(pa, _ARROW_TYPES[values.typecode])()
+    kind = getattr(pa, _ARROW_TYPES[values.typecode if isinstance(values, array) else values.format])()
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
