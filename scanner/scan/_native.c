@@ -141,8 +141,20 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t reg, con
         n -= 8;
     }
     reg = (uint32_t)r;
-    while (n--)
-        reg = _mm_crc32_u8(reg, *p++);
+    if (n >= 4) { /* the tail in as few steps as its length allows: each step waits for the one before */
+        uint32_t x;
+        memcpy(&x, p, 4);
+        reg = _mm_crc32_u32(reg, x);
+        p += 4, n -= 4;
+    }
+    if (n >= 2) {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        reg = _mm_crc32_u16(reg, x);
+        p += 2, n -= 2;
+    }
+    if (n)
+        reg = _mm_crc32_u8(reg, *p);
     return reg;
 }
 #endif
