@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -301,10 +302,26 @@ def _best_of(repeat: int, exports: Path, uri: str, label: str, workers: int | No
         cluster_dir = Path(tempfile.mkdtemp(prefix="cluster-", dir=directory))
         pinned = None if cpus is None else dict(cpus=cpus[::-1][:workers], master_cpus=driver_cpus)
         with StandaloneCluster(cluster_dir, workers, **(pinned or {})) as cluster:
-            runs.append(run_audit(exports, uri, cluster.url, environment, driver_cpus))
-            time.sleep(3)  # the workers reap the executors the application's end stops
-            runs[-1]["cluster_cpu"] = cluster.cpu_seconds()
+            cpu: dict[int, float] = {}
+            done = threading.Event()
+            polling = threading.Thread(target=_poll_cpu, args=(cluster, cpu, done))
+            polling.start()
+            try:
+                runs.append(run_audit(exports, uri, cluster.url, environment, driver_cpus))
+            finally:
+                done.set()
+                polling.join()
+            runs[-1]["cluster_cpu"] = sum(cpu.values())
     return min(runs, key=lambda run: run["seconds"])
+
+
+def _poll_cpu(cluster: StandaloneCluster, cpu: dict[int, float], done: threading.Event) -> None:
+    """Each process of ``cluster``: its last CPU seconds seen, polled until ``done`` (within half a second of
+    each process's end)."""
+    while True:
+        cpu.update(cluster.process_cpu())
+        if done.wait(0.5):
+            return
 
 
 def _zookeeper(directory: Path):

@@ -70,16 +70,22 @@ class StandaloneCluster:
                                         f"logs in {self.directory}")
             time.sleep(0.2)
 
-    def cpu_seconds(self) -> float:
-        """CPU seconds of the master, the workers and the executors they ran and reaped, so far."""
-        total = 0.0
-        for process in self.processes:
+    def process_cpu(self) -> dict[int, float]:
+        """CPU seconds so far of every live process of the cluster: the master, the workers, the executors
+        and their Python workers (an executor may end without reaping its Python workers, whose time then
+        never reaches its account: poll this while the application runs and keep each pid's last figure)."""
+        found: dict[int, float] = {}
+        pending = [process.pid for process in self.processes]
+        while pending:
+            pid = pending.pop()
             try:
-                fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                children = [Path(task, "children").read_text().split() for task in Path(f"/proc/{pid}/task").iterdir()]
             except OSError:
-                continue
-            total += sum(int(field) for field in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # own and children's
-        return total
+                continue  # gone meanwhile
+            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            pending += [int(child) for listed in children for child in listed]
+        return found
 
     def __exit__(self, *exc_info) -> None:
         for process in reversed(self.processes):  # the workers first: they stop their executors
