@@ -19,6 +19,7 @@ RSS (the Python process the operator started) and the JVM's (local mode: driver 
     python bench/bench_audit.py                                    # 10^4 ledgers, dump, local[2]
     python bench/bench_audit.py --ledgers 1000000 --zookeeper      # the issue's scale
     python bench/bench_audit.py --ledgers 100000 --cluster --sizes 1e7
+    python bench/bench_audit.py --ledgers 100000 --cluster --no-local --sizes 1e7 --pin --turns 2
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -64,18 +66,26 @@ def peak_kib(pid):  # 0 for a process gone, or without memory of its own any mor
     except OSError:
         return 0
     return int(hwm[0].split()[1]) if hwm else 0
-jvm_peak_kib = 0
-def watch_children():  # the JVM pyspark starts is never waited for, so wait4 cannot see its peak
-    global jvm_peak_kib
+def cpu_seconds(pid):  # user + system time so far, 0 for a process gone
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+jvm_peak_kib = jvm_cpu_s = 0
+def watch_children():  # the JVM pyspark starts is never waited for, so wait4 cannot see its peak nor its CPU
+    global jvm_peak_kib, jvm_cpu_s
     while True:
         for listing in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
             for child in open(listing).read().split():
                 jvm_peak_kib = max(jvm_peak_kib, peak_kib(child))
+                jvm_cpu_s = max(jvm_cpu_s, cpu_seconds(child))
         time.sleep(0.5)
 threading.Thread(target=watch_children, daemon=True).start()
 status = main(sys.argv[1:])
 print(json.dumps({"status": status, "driver_rss_kib": peak_kib("self"),
-                  "jvm_rss_kib": jvm_peak_kib}), file=sys.stderr)
+                  "jvm_rss_kib": jvm_peak_kib, "jvm_cpu_s": jvm_cpu_s,
+                  "driver_cpu_s": sum(os.times()[:2])}), file=sys.stderr)
 """
 
 def ensemble(ledger_id: int) -> tuple[str, ...]:
@@ -176,12 +186,15 @@ def _check_created(results) -> None:
         raise SystemExit(f"filling ZooKeeper failed: {failed[0]!r}")
 
 
-def run_audit(exports: Path, metadata: str, master: str, environment: dict[str, str]) -> dict:
-    """The `audit` command in a child process: wall seconds, exit status, violations, the driver's and JVM's peak RSS."""
+def run_audit(exports: Path, metadata: str, master: str, environment: dict[str, str],
+              cpus: set[int] | None = None) -> dict:
+    """The `audit` command in a child process (on ``cpus`` only, if given): wall seconds, exit status,
+    violations, the driver's and JVM's peak RSS."""
     command = [sys.executable, "-c", MEASURE, "audit", "--exports", str(exports), "--metadata", metadata,
                "--master", master, "--format", "json"]
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=environment)
+    done = subprocess.run(command, capture_output=True, text=True, env=environment,
+                          preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus))
     seconds = time.perf_counter() - started
     measured = json.loads(done.stderr.strip().splitlines()[-1]) if done.stderr.strip() else {}
     if measured.get("status") not in (0, 1):
@@ -189,7 +202,8 @@ def run_audit(exports: Path, metadata: str, master: str, environment: dict[str, 
     summary = json.loads(done.stdout)["summary"]
     return {"seconds": seconds, "violations": {k: v for k, v in summary["violations"].items() if v},
             "checked": summary["ledgers_checked"], "driver_mib": measured["driver_rss_kib"] / 1024,
-            "jvm_mib": measured["jvm_rss_kib"] / 1024}
+            "jvm_mib": measured["jvm_rss_kib"] / 1024, "jvm_cpu": measured["jvm_cpu_s"],
+            "driver_cpu": measured["driver_cpu_s"]}
 
 
 def main() -> None:
@@ -199,6 +213,11 @@ def main() -> None:
     parser.add_argument("--zookeeper", action="store_true", help="also audit with the metadata in a real ZooKeeper")
     parser.add_argument("--cluster", action="store_true",
                         help="also on a standalone cluster: 1 worker x 1 core, then 2 workers x 1 core")
+    parser.add_argument("--pin", action="store_true",
+                        help="with --cluster: each worker (and all it starts) on a CPU of its own, the last CPUs "
+                             "first; the audit's driver and the master on the first CPU")
+    parser.add_argument("--turns", type=int, default=1,
+                        help="with --cluster: rounds of (1 worker, 2 workers) taken in turn; each row is one run")
     parser.add_argument("--no-local", action="store_true", help="skip the local[2] runs")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each audit; the fastest counts")
     parser.add_argument("--dir", type=Path, default=None, help="where to create the temporary directory (made if missing)")
@@ -229,22 +248,32 @@ def main() -> None:
             datasets.append((size, entries, groups, directory / f"exports-{size}", metadata))
         masters = [] if args.no_local else [("local[2]", None)]
         if args.cluster:
-            masters += [("1 worker x 1 core", 1), ("2 workers x 1 core", 2)]
+            masters += [("1 worker x 1 core", 1), ("2 workers x 1 core", 2)] * args.turns
+        cpus = _pinning(args.pin)
+        seconds: dict[tuple[str, int, str], list[float]] = {}  # (master, size, metadata) -> each turn's time
         print(f"{'master':>20} {'metadata':>9} {'entry copies':>12} {'groups':>10} {'audit s':>8} {'ratio':>6} "
-              f"{'driver MiB':>10} {'JVM MiB':>8} {'load':>5}  violations")
+              f"{'driver MiB':>10} {'JVM MiB':>8} {'driver CPU s':>12} {'JVM CPU s':>9} {'cluster CPU s':>13} "
+              f"{'load':>5}  violations")
         expected = expected_violations(args.ledgers)
         for label, workers in masters:
             baselines: dict[str, float] = {}  # per metadata store: its smallest size
             for size, entries, groups, exports, metadata in datasets:
                 for store, uri in metadata.items():
                     load = os.getloadavg()[0]
-                    run = _best_of(args.repeat, exports, uri, label, workers, directory, environment)
+                    run = _best_of(args.repeat, exports, uri, label, workers, directory, environment, cpus)
+                    seconds.setdefault((label, size, store), []).append(run["seconds"])
                     baseline = baselines.setdefault(store, run["seconds"])
                     found = run["violations"]
                     verdict = "" if found == {"under_replicated_entry": expected} else f"  WRONG, expected {expected}"
                     print(f"{label:>20} {store:>9} {size:>12.0e} {groups:>10,} {run['seconds']:>8.1f} "
                           f"{run['seconds'] / baseline:>6.2f} {run['driver_mib']:>10.0f} {run['jvm_mib']:>8.0f} "
+                          f"{run['driver_cpu']:>12.1f} {run['jvm_cpu']:>9.1f} {run.get('cluster_cpu', 0):>13.1f} "
                           f"{load:>5.1f}  {found}{verdict}", flush=True)
+        for (label, size, store), one in seconds.items():
+            if label.startswith("1 worker"):
+                two = seconds[("2 workers x 1 core", size, store)]
+                print(f"2 workers against 1, {store}, {size:.0e}: "
+                      + ", ".join(f"{a / b:.2f}x ({a:.1f} / {b:.1f} s)" for a, b in zip(one, two)))
         print(f"load at the end {os.getloadavg()[0]:.1f}")
     finally:
         if zookeeper is not None:
@@ -252,17 +281,47 @@ def main() -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def _pinning(pin: bool) -> list[int] | None:
+    """The CPUs to pin to, the driver's first and the workers' from the last (None: no pinning)."""
+    if not pin:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    return cpus
+
+
 def _best_of(repeat: int, exports: Path, uri: str, label: str, workers: int | None, directory: Path,
-             environment: dict[str, str]) -> dict:
+             environment: dict[str, str], cpus: list[int] | None) -> dict:
     runs = []
+    driver_cpus = None if cpus is None or workers is None else {cpus[0]}
     for _ in range(repeat):
         if workers is None:
             runs.append(run_audit(exports, uri, label, environment))
             continue
         cluster_dir = Path(tempfile.mkdtemp(prefix="cluster-", dir=directory))
-        with StandaloneCluster(cluster_dir, workers) as cluster:
-            runs.append(run_audit(exports, uri, cluster.url, environment))
+        pinned = None if cpus is None else dict(cpus=cpus[::-1][:workers], master_cpus=driver_cpus)
+        with StandaloneCluster(cluster_dir, workers, **(pinned or {})) as cluster:
+            cpu: dict[int, float] = {}
+            done = threading.Event()
+            polling = threading.Thread(target=_poll_cpu, args=(cluster, cpu, done))
+            polling.start()
+            try:
+                runs.append(run_audit(exports, uri, cluster.url, environment, driver_cpus))
+            finally:
+                done.set()
+                polling.join()
+            runs[-1]["cluster_cpu"] = sum(cpu.values())
     return min(runs, key=lambda run: run["seconds"])
+
+
+def _poll_cpu(cluster: StandaloneCluster, cpu: dict[int, float], done: threading.Event) -> None:
+    """Each process of ``cluster``: its last CPU seconds seen, polled until ``done`` (within half a second of
+    each process's end)."""
+    while True:
+        cpu.update(cluster.process_cpu())
+        if done.wait(0.5):
+            return
 
 
 def _zookeeper(directory: Path):

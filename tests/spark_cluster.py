@@ -3,10 +3,13 @@
 ``with StandaloneCluster(directory, workers=2) as cluster:`` starts the master and the workers (each with
 ``cores`` cores), waits until every worker has registered, and offers ``cluster.url`` (``spark://...``);
 leaving the block stops the workers, then the master (only the JVMs it started). Logs go to ``directory``.
+With ``cpus``, worker N and everything it starts (its executors, their Python workers) run on CPU ``cpus[N]``
+only, and the master on ``master_cpus``: a worker of one core that is also one CPU of its own.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -21,11 +24,15 @@ class ClusterSetupError(RuntimeError):
 
 
 class StandaloneCluster:
-    def __init__(self, directory: Path, workers: int, cores: int = 1, memory: str = "2g"):
+    def __init__(self, directory: Path, workers: int, cores: int = 1, memory: str = "2g",
+                 cpus: list[int] | None = None, master_cpus: set[int] | None = None):
         import pyspark
 
+        if cpus is not None and len(cpus) != workers:
+            raise ValueError(f"{workers} workers need {workers} CPUs to pin to, not {cpus}")
         self.spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
         self.directory, self.workers, self.cores, self.memory = Path(directory), workers, cores, memory
+        self.cpus, self.master_cpus = cpus, master_cpus
         self.processes: list[subprocess.Popen] = []
         self.url = ""
 
@@ -33,10 +40,11 @@ class StandaloneCluster:
         port = free_port()
         self.url = f"spark://127.0.0.1:{port}"
         try:
-            self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                        "--webui-port", str(free_port()))
+            self._start("master", self.master_cpus, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                        "--port", str(port), "--webui-port", str(free_port()))
             for number in range(self.workers):
-                self._start(f"worker{number}", "org.apache.spark.deploy.worker.Worker", self.url,
+                self._start(f"worker{number}", None if self.cpus is None else {self.cpus[number]},
+                            "org.apache.spark.deploy.worker.Worker", self.url,
                             "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
                             "--webui-port", str(free_port()), "--work-dir", str(self.directory / f"work{number}"))
             self._wait_for_workers(timeout=120)
@@ -45,10 +53,12 @@ class StandaloneCluster:
             raise
         return self
 
-    def _start(self, name: str, main_class: str, *args: str) -> None:
+    def _start(self, name: str, cpus: set[int] | None, main_class: str, *args: str) -> None:
+        pinned = None if cpus is None else lambda: os.sched_setaffinity(0, cpus)  # inherited by all it starts
         with (self.directory / f"{name}.log").open("ab") as log:
             self.processes.append(subprocess.Popen([str(self.spark_class), main_class, *args], stdout=log,
-                                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+                                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                   preexec_fn=pinned))
 
     def _wait_for_workers(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -59,6 +69,23 @@ class StandaloneCluster:
                 raise ClusterSetupError(f"the standalone cluster did not come up ({', '.join(exited) or 'timeout'}); "
                                         f"logs in {self.directory}")
             time.sleep(0.2)
+
+    def process_cpu(self) -> dict[int, float]:
+        """CPU seconds so far of every live process of the cluster: the master, the workers, the executors
+        and their Python workers (an executor may end without reaping its Python workers, whose time then
+        never reaches its account: poll this while the application runs and keep each pid's last figure)."""
+        found: dict[int, float] = {}
+        pending = [process.pid for process in self.processes]
+        while pending:
+            pid = pending.pop()
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                children = [Path(task, "children").read_text().split() for task in Path(f"/proc/{pid}/task").iterdir()]
+            except OSError:
+                continue  # gone meanwhile
+            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            pending += [int(child) for listed in children for child in listed]
+        return found
 
     def __exit__(self, *exc_info) -> None:
         for process in reversed(self.processes):  # the workers first: they stop their executors

@@ -12,8 +12,12 @@ import pytest
 from audit_exports import DUMP, clean_exports  # noqa: F401 (fixture)
 from corpus import manifest
 from scanner.audit.multi_read import read_nodes_async
+from scanner.audit.dump_frame import DumpFrameStore
+from scanner.audit.spark_session import tasks
 from scanner.cli import main
-from scanner.metadata.ledger_paths import LedgerManager, leaf_parents, ledger_id_from_path, ledger_path
+from scanner.metadata.ledger_paths import LedgerManager, layout_bytes, leaf_parents, ledger_id_from_path, ledger_path
+from scanner.metadata.snapshot import write_dump_nodes
+from scanner.metadata.store import ZNode
 from spark_session import spark  # noqa: F401 (fixture)
 
 
@@ -106,3 +110,28 @@ def test_a_dump_that_is_not_json_is_one_line_and_exit_2(spark, clean_exports, tm
     assert main(["audit", "--exports", str(clean_exports), "--metadata", f"file:{tmp_path / 'none.json'}"]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert "none.json: no such dump file" in line
+
+
+@pytest.mark.spark
+def test_a_dump_of_many_splits_is_read_by_as_many_tasks_as_the_cores_can_take(spark, tmp_path):  # noqa: F811
+    """Spark's default splits a file into about one task per core (2 here): one executor would read the whole
+    dump while a second, registered a moment later, waits. The audit's session asks for 4 tasks per core."""
+    from pyspark.sql.functions import spark_partition_id
+
+    ledgers = 10_000
+    znodes = [ZNode("/ledgers", b"", False, 1, 0, 0),
+              ZNode("/ledgers/LAYOUT", layout_bytes(LedgerManager.HIERARCHICAL), False, 2, 0, 0)]
+    parents = sorted({ledger_path(LedgerManager.HIERARCHICAL, "/ledgers", n).rsplit("/", 1)[0] for n in range(ledgers)})
+    znodes += [ZNode(path, b"", False, 3, 0, 0) for path in sorted({p.rsplit("/", 1)[0] for p in parents} | {*parents})]
+    znodes += [ZNode(ledger_path(LedgerManager.HIERARCHICAL, "/ledgers", n), bytes([n % 251]) * 3000, False, 4 + n, 0, n)
+               for n in range(ledgers)]  # 4 KiB of base64 a ledger: 40 MB, above ten of Spark's 4 MiB floors
+    dump = tmp_path / "dump.json"
+    with dump.open("w") as out:
+        write_dump_nodes(znodes, out)
+    store = DumpFrameStore(spark, dump)
+    rows = store.ledger_rows(tasks(spark))
+    assert spark.sparkContext.defaultParallelism == 2 and tasks(spark) == 8
+    assert rows.rdd.getNumPartitions() >= tasks(spark)
+    counted = rows.groupBy(spark_partition_id()).count().collect()
+    assert sum(count for _, count in counted) == ledgers
+    assert len(counted) >= tasks(spark) and max(count for _, count in counted) <= 2 * ledgers / tasks(spark)

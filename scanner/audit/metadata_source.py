@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from scanner.audit.arrow_rows import batch_rows, row_batches
 from scanner.audit.dump_frame import DumpFrameStore
 from scanner.audit.judging import AuditContext, LedgerNode, clean_listings
+from scanner.audit.spark_session import tasks as stage_tasks
 from scanner.metadata.ledger_paths import LedgerManager, leaf_parents, ledger_id_from_path
 from scanner.metadata.store import MetadataStore, MetadataUnavailable
 from scanner.metadata.zookeeper import ZooKeeperStore
 
 READ_BATCH = 500  # znodes a multiRead asks for: a few hundred KiB of answer, well below ZooKeeper's 1 MiB limit
 IN_FLIGHT = 8  # multiRead requests a task keeps sent before it awaits the first answer
-TASKS_PER_CORE = 4  # ZooKeeper tasks per core Spark offers: a slow parent does not hold the others back
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ def zookeeper_source(store: ZooKeeperStore) -> ZooKeeperSource:
 
 def ledger_frame(spark, store: MetadataStore, context_broadcast):
     """Every ledger of ``store``, prepared for judging, as a DataFrame of ``ledger_schema``, read on the executors."""
-    tasks = spark.sparkContext.defaultParallelism * TASKS_PER_CORE
+    tasks = stage_tasks(spark)
     if isinstance(store, DumpFrameStore):
         nodes = store.ledger_rows(tasks)
         read = functools.partial(_dump_ledgers, store.manager, store.root)
