@@ -30,7 +30,7 @@ from scanner.agent.schedule import pass_schedule
 from scanner.agent.sdnotify import SystemdNotifier
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue, parse_suspect
 from scanner.units import moment_text, rate_text
-from scanner.agent.workcount import CarriedTotal, MeteredPacer
+from scanner.agent.workcount import MeteredPacer
 from scanner.agent.worker import LedgerDirWorker, WorkerSettings
 from scanner.checks.findings import Category
 from scanner.metadata.store import MetadataUnavailable
@@ -86,7 +86,6 @@ class Agent:
         self.metadata: CachedMetadata | None = None
         self.marking = None
         self.workers: list[LedgerDirWorker] = []
-        self.entries_verified: dict[str, CarriedTotal] = {}
         self._behind: set[str] = set()  # ledger dirs whose pass the configured rate cannot finish in time
         self._unsaved = RateLimitedLog(log, logging.WARNING)
         self._watchdog_withheld = False
@@ -166,7 +165,6 @@ class Agent:
             worker = LedgerDirWorker(index, count, self._settings(self.config), self.metadata, self.book,
                                      self.suspects, self._pacer(index), self._pacer(index), self.paused)
             self.workers.append(worker)
-            self.entries_verified[worker.ledger_dir] = CarriedTotal()
         for worker in self.workers:
             worker.start()
 
@@ -239,7 +237,6 @@ class Agent:
         self.tail.poll()
         for worker in self.workers:
             status = worker.status()
-            self.entries_verified[worker.ledger_dir].observe(status.entries_verified)
             self._note_schedule(worker.ledger_dir, self._schedule_of(dataclasses.asdict(status)))
 
     def _schedule_of(self, scanner: dict):
@@ -363,8 +360,7 @@ class Agent:
             scanner.update(stalled=scanner.pop("stalled_seconds") > self.config.stall_seconds,
                            next_pass_at=schedule.next_pass_at, behind_schedule=schedule.behind,
                            needed_bytes_per_second=schedule.needed_bytes_per_second,
-                           bytes_read=worker.pass_pacer.bytes_taken + worker.suspect_pacer.bytes_taken,
-                           entries_verified=self.entries_verified[worker.ledger_dir].value)
+                           bytes_read=worker.pass_pacer.bytes_taken + worker.suspect_pacer.bytes_taken)
             scanners.append(scanner)
         connected = self.metadata is not None and self.metadata.connected
         state_problem = write_problem(self.state_dir)

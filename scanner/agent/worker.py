@@ -82,7 +82,7 @@ class WorkerStatus:
     last_progress: float  # epoch seconds of the last cursor advance
     suspects_scanned: int
     error: str | None
-    entries_verified: int = 0  # digests checked by the current pass's scanner (it starts again at 0)
+    entries_verified: int = 0  # digests checked by this worker's passes since the agent started
     next_pass_due: float = 0.0  # epoch seconds: when the next pass starts, once this one is done (jitter included)
     stalled_seconds: float = 0.0  # neither progressing nor idle by design this long (see scanner.agent.liveness)
 
@@ -152,6 +152,8 @@ class LedgerDirWorker:
         self._save_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"scanner-dir{index}", daemon=True)
         self._pass: BookiePass | None = None
+        self._verified_by_closed_passes = 0  # entries verified by this worker's passes closed so far
+        self._pass_lock = threading.Lock()  # a pass closed and its count carried over at once, as status() sees it
         # Scratch of a run that was killed (sorted locations, index views): nothing in it is state.
         shutil.rmtree(settings.state_dir / "work" / f"dir{index}", ignore_errors=True)
 
@@ -189,8 +191,14 @@ class LedgerDirWorker:
                             cursor.bytes_done, cursor.bytes_total,
                             cursor.pass_started, cursor.last_pass_finished, self.last_progress,
                             self.suspects_scanned, self.error,
-                            full.totals.entries_verified if (full := self._pass) is not None else 0,
+                            self.entries_verified(),
                             self.next_pass_due(), self.stalled_seconds())
+
+    def entries_verified(self) -> int:
+        """Digests checked by this worker's passes since the agent started: closed passes and the current one."""
+        with self._pass_lock:
+            current = self._pass
+            return self._verified_by_closed_passes + (current.totals.entries_verified if current is not None else 0)
 
     def next_pass_due(self) -> float:
         """When the pass after this one starts: a jittered period after this one started, not before the start delay."""
@@ -469,9 +477,12 @@ class LedgerDirWorker:
         return work
 
     def _close_pass(self) -> None:
-        if self._pass is not None:
-            self._pass.close()
-            self._pass = None
+        with self._pass_lock:
+            closing, self._pass = self._pass, None
+            if closing is not None:
+                self._verified_by_closed_passes += closing.totals.entries_verified
+        if closing is not None:
+            closing.close()
 
 
 def _inode(path: Path) -> int | None:
