@@ -216,6 +216,10 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true",
                         help="with --cluster: each worker (and all it starts) on a CPU of its own, the last CPUs "
                              "first; the audit's driver and the master on the first CPU")
+    parser.add_argument("--worker-cpus", type=float, default=None, metavar="CPUS",
+                        help="with --cluster: each worker (and all it starts) a CPU budget of this many CPUs of its "
+                             "own, a cgroup quota (root), as on a host of its own: the same for one worker and for "
+                             "two, and the driver and the master take nothing from it")
     parser.add_argument("--turns", type=int, default=1,
                         help="with --cluster: rounds of (1 worker, 2 workers) taken in turn; each row is one run")
     parser.add_argument("--no-local", action="store_true", help="skip the local[2] runs")
@@ -227,8 +231,9 @@ def main() -> None:
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix="bench-audit-", dir=args.dir))
+    budget = "" if args.worker_cpus is None else f"; each worker a budget of {args.worker_cpus:g} CPU"
     print(f"{args.ledgers:,} ledgers, E=Wq={QUORUM}, {len(BOOKIES)} bookies, {QUORUM * args.ledgers:,} export rows; "
-          f"load {os.getloadavg()[0]:.1f}", flush=True)
+          f"load {os.getloadavg()[0]:.1f}{budget}", flush=True)
     zookeeper = None
     try:
         datasets = []
@@ -260,7 +265,8 @@ def main() -> None:
             for size, entries, groups, exports, metadata in datasets:
                 for store, uri in metadata.items():
                     load = os.getloadavg()[0]
-                    run = _best_of(args.repeat, exports, uri, label, workers, directory, environment, cpus)
+                    run = _best_of(args.repeat, exports, uri, label, workers, directory, environment, cpus,
+                                   args.worker_cpus)
                     seconds.setdefault((label, size, store), []).append(run["seconds"])
                     baseline = baselines.setdefault(store, run["seconds"])
                     found = run["violations"]
@@ -292,7 +298,7 @@ def _pinning(pin: bool) -> list[int] | None:
 
 
 def _best_of(repeat: int, exports: Path, uri: str, label: str, workers: int | None, directory: Path,
-             environment: dict[str, str], cpus: list[int] | None) -> dict:
+             environment: dict[str, str], cpus: list[int] | None, worker_cpus: float | None) -> dict:
     runs = []
     driver_cpus = None if cpus is None or workers is None else {cpus[0]}
     for _ in range(repeat):
@@ -301,7 +307,7 @@ def _best_of(repeat: int, exports: Path, uri: str, label: str, workers: int | No
             continue
         cluster_dir = Path(tempfile.mkdtemp(prefix="cluster-", dir=directory))
         pinned = None if cpus is None else dict(cpus=cpus[::-1][:workers], master_cpus=driver_cpus)
-        with StandaloneCluster(cluster_dir, workers, **(pinned or {})) as cluster:
+        with StandaloneCluster(cluster_dir, workers, cpu_budget=worker_cpus, **(pinned or {})) as cluster:
             cpu: dict[int, float] = {}
             done = threading.Event()
             polling = threading.Thread(target=_poll_cpu, args=(cluster, cpu, done))
