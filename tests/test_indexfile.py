@@ -392,9 +392,9 @@ def test_the_native_listing_keeps_every_rule_of_the_python_listing(tmp_path):
     (current / "e").mkdir()  # empty
     listed = _list_both_ways(current)
     assert sorted((ledger_id, str(Path(path).relative_to(current))) for ledger_id, path in listed) == sorted([
-        (5, "0/5/5.idx"), (5, "0/5/0005.idx"), (123456789, "cd/15/75bcd15.idx"), (2**63 - 1, "0/5/7fffffffffffffff.idx"),
-        (2, "0/5/0000000000000002.idx"), (6, "0/6/6.idx"), (7, "0/7/7.rloc"), (9, "0/9/9.rloc"),
-        (13, str(odd.relative_to(current) / "d.idx")),
+        (5, "0/5/5.idx"), (5, "0/5/0005.idx"), (123456789, "cd/15/75bcd15.idx"),
+        (2**63 - 1, "0/5/7fffffffffffffff.idx"), (2, "0/5/0000000000000002.idx"), (6, "0/6/6.idx"),
+        (7, "0/7/7.rloc"), (9, "0/9/9.rloc"), (13, str(odd.relative_to(current) / "d.idx")),
     ])
 
 

@@ -1290,11 +1290,13 @@ static PyObject *native_list_index_files(PyObject *m, PyObject *args) {
             size_t digits;
             int rloc;
             int64_t ledger_id = index_file_ledger(name, &digits, &rloc);
-            if (ledger_id < 0 || !entry_is(inner->fd, name, type, S_IFREG) || (rloc && idx_beside(inner->fd, name, digits)))
+            if (ledger_id < 0 || !entry_is(inner->fd, name, type, S_IFREG) ||
+                (rloc && idx_beside(inner->fd, name, digits)))
                 continue;
             size_t length = name_at + strlen(name);
             memcpy(path + name_at, name, length - name_at);
-            PyObject *item = Py_BuildValue("(LN)", (long long)ledger_id, PyUnicode_DecodeFSDefaultAndSize(path, (Py_ssize_t)length));
+            PyObject *item = Py_BuildValue("(LN)", (long long)ledger_id,
+                                           PyUnicode_DecodeFSDefaultAndSize(path, (Py_ssize_t)length));
             if (item == NULL || PyList_Append(found, item) < 0) {
                 Py_XDECREF(item);
                 Py_CLEAR(found);
@@ -1514,12 +1516,12 @@ static PyTypeObject IndexWindowType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "scanner.scan._native.IndexWindow",
     .tp_basicsize = sizeof(IndexWindow),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "a window of `.idx` files open_index_files opened (read_index_files reads it, close_index_files closes it)",
+    .tp_doc = "`.idx` files open_index_files opened: read_index_files reads them, close_index_files closes them",
     .tp_dealloc = (destructor)IndexWindow_dealloc,
 };
 
-/* open_index_files(paths): an IndexWindow of the files, each opened read-only: those all cached read at once, the others'
- * first bytes asked of the disk (one that would not open, or is too large, is left to the Python reader, by path). */
+/* open_index_files(paths): an IndexWindow of the files, each opened read-only: those all cached read at once, the
+ * others' first bytes asked of the disk (one that would not open, or is too large, is left to the Python reader). */
 static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
     PyObject *paths;
     if (!PyArg_ParseTuple(args, "O", &paths))
@@ -1555,7 +1557,8 @@ static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < n; i++) {
             int fd = open_read_only(PyBytes_AS_STRING(PyList_GET_ITEM(encoded, i)));
-            window->counts[i] = fd < 0 ? IDX_LEAVE_TO_PYTHON : read_at_open(fd, buffer, &window->cached, &window->flags[i]);
+            window->counts[i] = fd < 0 ? IDX_LEAVE_TO_PYTHON
+                                       : read_at_open(fd, buffer, &window->cached, &window->flags[i]);
             window->fds[i] = window->counts[i] == IDX_PENDING ? fd : -1;
         }
         window->n = n;
@@ -1717,7 +1720,7 @@ static PyMethodDef module_methods[] = {
     {"list_index_files", native_list_index_files, METH_VARARGS,
      "list_index_files(directory) -> [(ledger id, path)]: the `.idx` / `.rloc` files in directory's subdirectories"},
     {"open_index_files", native_open_index_files, METH_VARARGS,
-     "open_index_files(paths) -> IndexWindow: `.idx` files opened read-only, the cached read, the others fetched ahead"},
+     "open_index_files(paths) -> IndexWindow: `.idx` files opened, the cached ones read, the others fetched ahead"},
     {"read_index_files", native_read_index_files, METH_VARARGS,
      "read_index_files(window) -> (counts, entry ids, locations): small `.idx` files read, checked, sifted, closed"},
     {"decode_location_pairs", native_decode_location_pairs, METH_VARARGS,
