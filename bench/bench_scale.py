@@ -59,6 +59,7 @@ GOALS = (
 @dataclass(frozen=True)
 class Run:
     seconds: float
+    cpu_seconds: float
     peak_rss_mib: float
     entries_verified: int
     findings: dict
@@ -107,7 +108,7 @@ def scan(bookie: GeneratedBookie, scanner: Path, cpu: int | None) -> Run:
     if child.exit_status not in (0, 1):
         raise SystemExit(f"scan of {bookie.directory} exited {child.exit_status}: {child.error_tail}")
     summary = json.loads(child.output)["summary"]
-    return Run(child.seconds, child.peak_rss_mib, summary["entries_verified"], summary["findings"])
+    return Run(child.seconds, child.cpu_seconds, child.peak_rss_mib, summary["entries_verified"], summary["findings"])
 
 
 def measure(bookie: GeneratedBookie, scanner: Path, cold: bool, repeat: int, cpu: int | None) -> tuple[float, Run]:
@@ -145,7 +146,7 @@ def print_row(shape: Shape, cache: str, logs_bytes: int, cat: float, run: Run) -
     print(f"{shape.storage:>11} {shape.ledgers:>9,} {shape.entry_logs:>6,} {shape.entry_size:>6} {cache:>5} "
           f"{run.entries_verified:>11,} {logs_bytes / 1e9:>6.3f} {run.seconds:>7.1f} "
           f"{run.entries_verified / run.seconds / 1e6:>7.3f} {logs_bytes / run.seconds / 1e9:>6.2f} "
-          f"{run.seconds / cat:>6.1f} {run.peak_rss_mib:>7.0f}{findings}", flush=True)
+          f"{run.seconds / cat:>6.1f} {run.peak_rss_mib:>7.0f} {run.cpu_seconds:>6.1f}{findings}", flush=True)
 
 
 def main() -> None:
@@ -176,7 +177,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=args.dir)) if args.dir is None else args.dir
     root.mkdir(parents=True, exist_ok=True)
     print(f"{'storage':>11} {'ledgers':>9} {'logs':>6} {'entry':>6} {'cache':>5} {'entries':>11} {'GB':>6} "
-          f"{'scan s':>7} {'M ent/s':>7} {'GB/s':>6} {'x cat':>6} {'RSS MiB':>7}")
+          f"{'scan s':>7} {'M ent/s':>7} {'GB/s':>6} {'x cat':>6} {'RSS MiB':>7} {'CPU s':>6}")
     try:
         for shape in shapes(args):
             if shape.entry_size >= 4096 and shape.entries * shape.entry_size > args.size:

@@ -1,4 +1,4 @@
-"""A child process measured as a whole: its output, exit status, wall time and peak RSS."""
+"""A child process measured as a whole: its output, exit status, wall time, CPU time and peak RSS."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ class ChildRun:
     output: bytes
     exit_status: int
     seconds: float
+    cpu_seconds: float  # user + system, the child's own (wait4): what a loaded machine's wall time hides
     peak_rss_mib: float  # the child's own high-water mark (wait4), not this process's
     error_tail: str  # the last line it wrote to stderr
 
@@ -41,4 +42,5 @@ def run_measured(command: list[str], cpu: int | None = None) -> ChildRun:
         child.returncode = os.waitstatus_to_exitcode(status)
         errors.seek(0)
         tail = errors.read().decode(errors="replace").strip().splitlines()[-1:]
-    return ChildRun(output, child.returncode, seconds, usage.ru_maxrss / 1024, " ".join(tail))
+    return ChildRun(output, child.returncode, seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024,
+                    " ".join(tail))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import struct
+import sys
 from array import array
 from pathlib import Path, PurePosixPath
 
@@ -11,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpus import reference_walker
+from corpus import CORPUS, reference_walker
+from page_cache import cached_pages
 from scanner.scan.native import native_code
 from scanner.storage.entry import master_key
 from scanner.storage.indexfile import (
@@ -31,6 +35,10 @@ from scanner.storage.indexfile import (
     read_index_files,
 )
 from scanner.storage.location import EntryLocation, nonzero_slots
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from bench_scale import drop_from_page_cache  # noqa: E402
 
 KEY = master_key(b"secret")
 PAGE = 8192
@@ -322,16 +330,89 @@ def test_the_native_reader_reads_every_kind_of_file_as_the_python_reader_does(tm
     assert by_ledger[7][1].startswith("BadIndexSignature(")
 
 
-def test_the_native_reader_closes_every_file_it_opened_ahead_when_stopped_early(tmp_path):
+@pytest.mark.parametrize("cold", [True, False])
+def test_the_native_reader_closes_every_file_it_opened_ahead_when_stopped_early(tmp_path, cold):
     for ledger_id in range(1, 200):
         path = tmp_path / index_file_path(ledger_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(header() + body({0: EntryLocation(1, 1024 + ledger_id)}))
     files = list(index_files(tmp_path))
+    if cold:
+        drop_from_page_cache(path for _, path in files)
+        if any(cached_pages(Path(path))[0] for _, path in files):
+            pytest.skip("this filesystem keeps file pages in memory whatever the advice (tmpfs?)")
     before = _open_fds()
     reader = read_index_files(files)
     assert next(reader)[0] == files[0][0]
-    assert _open_fds() == before + FETCH_AHEAD_FILES  # the window after the one read
+    # The window after the one read is open, waiting for the disk; files the page cache holds whole were read as
+    # they were opened, and closed.
+    assert _open_fds() == before + (FETCH_AHEAD_FILES if cold else 0)
     reader.close()
     assert _open_fds() == before
     assert [ledger_id for ledger_id, _, _ in _read_both_ways(files)] == [ledger_id for ledger_id, _ in files]
+
+
+def _list_both_ways(current: Path) -> list[tuple[int, str]]:
+    """index_files natively and with the reference forced: both must list the same, in the same order."""
+    assert native_code() is not None, "the native code is not built"
+    native = list(index_files(current))
+    with reference_walker():
+        assert native == list(index_files(current))
+    return native
+
+
+@pytest.mark.parametrize("bookie", ["bookie1", "bookie2", "corrupted/bookie1-corrupted"])
+def test_the_native_listing_lists_a_real_bookie_as_the_python_listing_does(bookie):
+    current = CORPUS / bookie / "ledgers" / "current"
+    listed = _list_both_ways(current)
+    assert sorted(ledger_id for ledger_id, _ in listed) == sorted(
+        int(path.stem, 16) for path in current.glob("*/*/*.idx"))
+
+
+def test_the_native_listing_keeps_every_rule_of_the_python_listing(tmp_path):
+    current = tmp_path / "current"
+    files = ["0/5/5.idx", "0/5/0005.idx", "cd/15/75bcd15.idx", "0/5/ABC.idx", "0/5/notes.txt", "0/5/5.idx.bak",
+             "0/5/.idx", "0/5/a.IDX", "0/5/7fffffffffffffff.idx", "0/5/8000000000000000.idx",
+             "0/5/00000000000000001.idx", "0/5/0000000000000002.idx", "0/6.idx", "1.idx", "0/6/6.rloc",
+             "0/6/6.idx", "0/7/7.rloc", "0/8/8.rloc", "0/9/9.rloc", "0/a/a b.idx", "0/a/b.idx ", "0/a/c.idx/d.idx",
+             "0/a/e.rlocx"]
+    for relative in files:
+        path = current / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(header())
+    (current / "0" / "7" / "7.idx").mkdir()  # not a file: the .rloc beside it is read
+    (current / "0" / "8" / "8.idx").symlink_to(current / "0" / "6" / "6.idx")  # a file through a symlink
+    (current / "0" / "9" / "b.idx").symlink_to(current / "0" / "6" / "6.idx")  # a symlink is not listed
+    (current / "0" / "9" / "c.idx").symlink_to(current / "nowhere")
+    (current / "0" / "b").symlink_to(current / "0" / "5")  # nor a directory through one
+    (current / "c").symlink_to(current / "0")
+    odd = current / os.fsdecode(b"\xff") / os.fsdecode(b"\xfe\x01")
+    odd.mkdir(parents=True)
+    (odd / "d.idx").write_bytes(header())
+    (current / "e").mkdir()  # empty
+    listed = _list_both_ways(current)
+    assert sorted((ledger_id, str(Path(path).relative_to(current))) for ledger_id, path in listed) == sorted([
+        (5, "0/5/5.idx"), (5, "0/5/0005.idx"), (123456789, "cd/15/75bcd15.idx"),
+        (2**63 - 1, "0/5/7fffffffffffffff.idx"), (2, "0/5/0000000000000002.idx"), (6, "0/6/6.idx"),
+        (7, "0/7/7.rloc"), (9, "0/9/9.rloc"), (13, str(odd.relative_to(current) / "d.idx")),
+    ])
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
+def test_a_directory_the_listing_cannot_read_stops_both_listings_alike(tmp_path):
+    current = tmp_path / "current"
+    for ledger_id in (5, 6):
+        path = current / index_file_path(ledger_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(header())
+    locked = current / "0" / "6"
+    locked.chmod(0)
+    try:
+        errors = []
+        for walker in (contextlib.nullcontext, reference_walker):
+            with walker(), pytest.raises(PermissionError) as raised:
+                list(index_files(current))
+            errors.append((raised.value.errno, raised.value.filename))
+        assert errors == [(errno.EACCES, str(locked))] * 2
+    finally:
+        locked.chmod(0o755)

@@ -21,7 +21,10 @@
 #include <stdint.h>
 #include <string.h>
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -1128,13 +1131,19 @@ static PyObject *native_owned_count(PyObject *m, PyObject *args) {
     return PyLong_FromSsize_t(owned);
 }
 
-/* ---- `.idx` files: a window of small ones opened ahead, then read, checked and sifted per call ----------- */
+/* ---- `.idx` files: listed; a window of small ones opened ahead, the cached ones read at once, the rest later ---- */
 
 /*
- * scanner/storage/indexfile.py is the reference: its IndexFile reads a file the same way, through a page-cache guest
- * (scanner/storage/pagecache.py). Here only files whose header and slots come in the first read are handled
- * (most ledgers'); anything else (a larger file, a header that does not check, a failed call) is left to that reader,
- * by path, so every error is raised and worded where it always was.
+ * scanner/storage/indexfile.py is the reference: its index_files lists the files as list_index_files does, and its
+ * IndexFile reads one through a page-cache guest (scanner/storage/pagecache.py). Here only files whose header and
+ * slots come in one read are read (most ledgers'); anything else (a larger file, a header that does not check, a
+ * failed call) is left to that reader, by path, so every error is raised and worded where it always was.
+ *
+ * The guest's rule with fewer calls for a file read whole: when it is opened, its size is taken and all of it read
+ * without waiting for the disk. If that gets all of it (the bookie had it cached), it is sifted and closed at once:
+ * nothing of ours to drop. Otherwise the disk is asked for its first read ahead, counted as ours (dropped at close),
+ * and it is read when its window's turn comes; a window of such files is asked of the disk at once. The kernel's
+ * read-ahead is left on for these reads: a read of a whole file brings in nothing past its end.
  */
 
 #define IDX_HEADER 1024
@@ -1143,8 +1152,176 @@ static PyObject *native_owned_count(PyObject *m, PyObject *args) {
 #define IDX_FETCHED 1                           /* the first read's bytes were asked of the disk ahead: ours */
 #define IDX_NO_NOWAIT 2                         /* non-blocking reads fail on this file: every read counts as ours */
 #define IDX_LEAVE_TO_PYTHON (-1)
+#define IDX_PENDING (-2) /* opened ahead, not cached: read when its window is */
+#define IDX_MAX_DIGITS 16
 
 static int64_t PAGE_BYTES = 4096; /* the system's, set at import */
+
+/* The entries of an open directory, read a buffer at a time. */
+typedef struct {
+    int fd;
+    long length, at;
+    _Alignas(struct dirent64) char buffer[32 * 1024];
+} DirReader;
+
+/* The next entry's name (not "." or "..") and d_type; NULL at the end (errno 0) or on an error (errno set). */
+static const char *next_entry(DirReader *reader, unsigned char *type) {
+    const long name_at = (long)offsetof(struct dirent64, d_name);
+    for (;;) {
+        if (reader->at >= reader->length) {
+            ssize_t n;
+            do
+                n = getdents64(reader->fd, reader->buffer, sizeof reader->buffer);
+            while (n < 0 && errno == EINTR);
+            if (n <= 0) {
+                if (n == 0)
+                    errno = 0;
+                return NULL;
+            }
+            reader->length = n, reader->at = 0;
+        }
+        long left = reader->length - reader->at;
+        struct dirent64 *entry = (struct dirent64 *)(reader->buffer + reader->at);
+        if (left <= name_at || entry->d_reclen <= name_at || entry->d_reclen > left ||
+            entry->d_reclen % _Alignof(struct dirent64) != 0 ||
+            memchr(entry->d_name, 0, (size_t)(entry->d_reclen - name_at)) == NULL) {
+            errno = EIO; /* not a record as the kernel lays them out */
+            return NULL;
+        }
+        reader->at += entry->d_reclen;
+        if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0) {
+            *type = entry->d_type;
+            return entry->d_name;
+        }
+    }
+}
+
+/* Whether `name` in directory `fd` is of `kind` (S_IFDIR, S_IFREG), not following a symlink, as os.DirEntry's
+ * is_dir / is_file(follow_symlinks=False) answer: from d_type, or from lstat where the filesystem does not give it. */
+static int entry_is(int fd, const char *name, unsigned char type, mode_t kind) {
+    if (type != DT_UNKNOWN)
+        return type == (kind == S_IFDIR ? DT_DIR : DT_REG);
+    struct stat st;
+    return fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) == kind;
+}
+
+/* The ledger id of a name indexfile._INDEX_NAME matches (1-16 lowercase hex digits, then `.idx` or `.rloc`), with
+ * its digit count and whether it is a `.rloc`; -1 for any other name and for an id past 2**63 - 1. */
+static int64_t index_file_ledger(const char *name, size_t *digits, int *rloc) {
+    uint64_t id = 0;
+    size_t n = 0;
+    for (; n <= IDX_MAX_DIGITS && ((name[n] >= '0' && name[n] <= '9') || (name[n] >= 'a' && name[n] <= 'f')); n++)
+        id = id << 4 | (uint64_t)(name[n] <= '9' ? name[n] - '0' : name[n] - 'a' + 10);
+    if (n == 0 || n > IDX_MAX_DIGITS || name[n] != '.')
+        return -1;
+    if (strcmp(name + n + 1, "idx") == 0)
+        *rloc = 0;
+    else if (strcmp(name + n + 1, "rloc") == 0)
+        *rloc = 1;
+    else
+        return -1;
+    *digits = n;
+    return id > (uint64_t)INT64_MAX ? -1 : (int64_t)id;
+}
+
+/* Whether a regular file (following a symlink, as os.path.isfile) `<digits>.idx` sits in directory `fd`. */
+static int idx_beside(int fd, const char *name, size_t digits) {
+    char idx[IDX_MAX_DIGITS + sizeof ".idx"];
+    memcpy(idx, name, digits);
+    memcpy(idx + digits, ".idx", sizeof ".idx");
+    struct stat st;
+    return fstatat(fd, idx, &st, 0) == 0 && S_ISREG(st.st_mode);
+}
+
+/* OSError for `path` (bytes, `length` of them) from errno, its name decoded as os.scandir's would be. */
+static void raise_for_path(const char *path, size_t length) {
+    int error = errno ? errno : EIO;
+    PyObject *name = PyUnicode_DecodeFSDefaultAndSize(path, (Py_ssize_t)length);
+    if (name != NULL) {
+        errno = error;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, name);
+        Py_DECREF(name);
+    }
+}
+
+/* list_index_files(directory): [(ledger id, path)] of the `.idx` / `.rloc` files in the subdirectories of
+ * `directory` (one first-level directory of an index dir's current/), in directory order, as indexfile.index_files
+ * lists them there: a `.rloc` only where no `.idx` sits beside it. A directory that cannot be listed raises OSError. */
+static PyObject *native_list_index_files(PyObject *m, PyObject *args) {
+    PyObject *encoded;
+    if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &encoded))
+        return NULL;
+    const char *directory = PyBytes_AS_STRING(encoded);
+    size_t prefix = (size_t)PyBytes_GET_SIZE(encoded);
+    PyObject *found = PyList_New(0);
+    DirReader *outer = PyMem_RawMalloc(sizeof(DirReader)), *inner = PyMem_RawMalloc(sizeof(DirReader));
+    char *path = PyMem_RawMalloc(prefix + 2 * (NAME_MAX + 1) + 2); /* directory/subdirectory/name */
+    if (found == NULL || outer == NULL || inner == NULL || path == NULL) {
+        if (found != NULL)
+            PyErr_NoMemory();
+        Py_CLEAR(found);
+        goto done;
+    }
+    memcpy(path, directory, prefix);
+    if (prefix == 0 || path[prefix - 1] != '/') /* os.path.join's way, as os.scandir's entries' paths are made */
+        path[prefix++] = '/';
+    outer->fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC), outer->length = outer->at = 0;
+    if (outer->fd < 0) {
+        raise_for_path(directory, (size_t)PyBytes_GET_SIZE(encoded));
+        Py_CLEAR(found);
+        goto done;
+    }
+    const char *sub;
+    unsigned char type;
+    while (found != NULL && (sub = next_entry(outer, &type)) != NULL) {
+        if (!entry_is(outer->fd, sub, type, S_IFDIR))
+            continue;
+        size_t sub_length = strlen(sub), name_at = prefix + sub_length + 1;
+        memcpy(path + prefix, sub, sub_length);
+        path[name_at - 1] = '/';
+        inner->fd = openat(outer->fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC), inner->length = inner->at = 0;
+        if (inner->fd < 0) {
+            raise_for_path(path, name_at - 1);
+            Py_CLEAR(found);
+            break;
+        }
+        const char *name;
+        while ((name = next_entry(inner, &type)) != NULL) {
+            size_t digits;
+            int rloc;
+            int64_t ledger_id = index_file_ledger(name, &digits, &rloc);
+            if (ledger_id < 0 || !entry_is(inner->fd, name, type, S_IFREG) ||
+                (rloc && idx_beside(inner->fd, name, digits)))
+                continue;
+            size_t length = name_at + strlen(name);
+            memcpy(path + name_at, name, length - name_at);
+            PyObject *item = Py_BuildValue("(LN)", (long long)ledger_id,
+                                           PyUnicode_DecodeFSDefaultAndSize(path, (Py_ssize_t)length));
+            if (item == NULL || PyList_Append(found, item) < 0) {
+                Py_XDECREF(item);
+                Py_CLEAR(found);
+                break;
+            }
+            Py_DECREF(item);
+        }
+        if (found != NULL && errno != 0) {
+            raise_for_path(path, name_at - 1);
+            Py_CLEAR(found);
+        }
+        close(inner->fd);
+    }
+    if (found != NULL && errno != 0) {
+        raise_for_path(directory, (size_t)PyBytes_GET_SIZE(encoded));
+        Py_CLEAR(found);
+    }
+    close(outer->fd);
+done:
+    PyMem_RawFree(outer);
+    PyMem_RawFree(inner);
+    PyMem_RawFree(path);
+    Py_DECREF(encoded);
+    return found;
+}
 
 static int open_read_only(const char *path) {
     int fd = open(path, O_RDONLY | O_NOATIME | O_CLOEXEC); /* reading must not touch the file's access time */
@@ -1167,17 +1344,6 @@ static ssize_t read_cached(int fd, uint8_t *buffer, size_t length, off_t offset)
 #else
     return -1;
 #endif
-}
-
-/* A file opened ahead: its first bytes asked of the disk unless its first page is cached. Returns its flags. */
-static int fetch_ahead(int fd) {
-    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* no kernel read-ahead on our descriptor */
-    uint8_t probe;
-    ssize_t cached = read_cached(fd, &probe, 1, 0);
-    int flags = cached < 0 ? IDX_NO_NOWAIT : 0;
-    if (cached <= 0 && posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_WILLNEED) == 0)
-        flags |= IDX_FETCHED;
-    return flags;
 }
 
 /* Whether the first `available` bytes are a header indexfile.parse_index_header accepts. */
@@ -1204,9 +1370,79 @@ typedef struct {
     size_t count, capacity;
 } Slots;
 
-/* One opened file read, checked and sifted into `out`, then its pages that were not cached dropped and it closed.
- * Returns how many slots it added, or IDX_LEAVE_TO_PYTHON (it added none). */
-static Py_ssize_t read_small_index(int fd, int flags, uint8_t *buffer, Slots *out) {
+/* Room in `out` for `more` slots; -1 when there is not the memory. */
+static int reserve_slots(Slots *out, size_t more) {
+    if (out->count + more <= out->capacity)
+        return 0;
+    size_t capacity = out->capacity * 2 > out->count + more ? out->capacity * 2 : out->count + more;
+    uint64_t *ids = PyMem_RawRealloc(out->ids, capacity * sizeof(uint64_t));
+    if (ids == NULL)
+        return -1;
+    out->ids = ids;
+    uint64_t *locations = PyMem_RawRealloc(out->locations, capacity * sizeof(uint64_t));
+    if (locations == NULL)
+        return -1;
+    out->locations = locations;
+    out->capacity = capacity;
+    return 0;
+}
+
+/* The first `got` bytes of a file of `size` bytes checked and their non-empty slots added to `out`: how many, or
+ * IDX_LEAVE_TO_PYTHON (none added: a header that does not check, or no memory for the slots). */
+static Py_ssize_t sift_index(const uint8_t *buffer, int64_t got, int64_t size, Slots *out) {
+    if (!index_header_holds(buffer, got < IDX_HEADER ? got : IDX_HEADER))
+        return IDX_LEAVE_TO_PYTHON;
+    int64_t slot_bytes = size > IDX_HEADER ? (size - IDX_HEADER) / IDX_SLOT * IDX_SLOT : 0;
+    int64_t read_slots = got > IDX_HEADER ? got - IDX_HEADER : 0;
+    int64_t slots = (slot_bytes < read_slots ? slot_bytes : read_slots) / IDX_SLOT;
+    if (reserve_slots(out, (size_t)slots) < 0)
+        return IDX_LEAVE_TO_PYTHON; /* out of memory: the Python reader tries, and raises if it must */
+    size_t before = out->count;
+    const uint8_t *slot = buffer + IDX_HEADER;
+    for (int64_t block = 0; block < slots; block += 4) { /* most of a small ledger's page is empty: 4 slots a test */
+        int64_t end = block + 4 < slots ? block + 4 : slots;
+        uint64_t words[4];
+        if (end - block == 4 && (memcpy(words, slot + block * IDX_SLOT, sizeof words),
+                                 (words[0] | words[1] | words[2] | words[3]) == 0))
+            continue;
+        for (int64_t i = block; i < end; i++) {
+            uint64_t raw = be64(slot + i * IDX_SLOT);
+            if (raw) {
+                out->ids[out->count] = (uint64_t)i;
+                out->locations[out->count++] = raw;
+            }
+        }
+    }
+    return (Py_ssize_t)(out->count - before);
+}
+
+/* A file just opened: read, sifted into `out` and closed when all of it is cached and it is small enough (its slot
+ * count), closed when it is too large for one read (IDX_LEAVE_TO_PYTHON), else its first read asked of the disk
+ * ahead and left open (IDX_PENDING, with its flags). */
+static Py_ssize_t read_at_open(int fd, uint8_t *buffer, Slots *out, int *flags) {
+    struct stat st;
+    *flags = 0;
+    if (fstat(fd, &st) != 0 || st.st_size > IDX_FIRST_READ) {
+        close(fd);
+        return IDX_LEAVE_TO_PYTHON;
+    }
+    int64_t size = st.st_size, want = size > IDX_HEADER ? size : IDX_HEADER;
+    ssize_t cached = read_cached(fd, buffer, (size_t)want, 0);
+    if (cached >= size) { /* the bookie has all of it cached (or it is empty): nothing of ours to drop */
+        Py_ssize_t count = sift_index(buffer, cached, size, out);
+        close(fd);
+        return count;
+    }
+    if (cached < 0)
+        *flags |= IDX_NO_NOWAIT;
+    if (posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_WILLNEED) == 0)
+        *flags |= IDX_FETCHED;
+    return IDX_PENDING;
+}
+
+/* A file left open by read_at_open read, checked and sifted into `out`, then its pages that were not cached dropped
+ * and it closed. Returns how many slots it added, or IDX_LEAVE_TO_PYTHON (it added none). */
+static Py_ssize_t read_pending(int fd, int flags, uint8_t *buffer, Slots *out) {
     Py_ssize_t result = IDX_LEAVE_TO_PYTHON;
     int ours = flags & IDX_FETCHED;
     int64_t ours_end = ours ? IDX_FIRST_READ : 0, got = 0;
@@ -1233,31 +1469,7 @@ static Py_ssize_t read_small_index(int fd, int flags, uint8_t *buffer, Slots *ou
         int64_t end = ((got > 0 ? got : 1) + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
         ours_end = end > ours_end ? end : ours_end;
     }
-    if (!index_header_holds(buffer, got < IDX_HEADER ? got : IDX_HEADER))
-        goto done;
-    int64_t slot_bytes = size > IDX_HEADER ? (size - IDX_HEADER) / IDX_SLOT * IDX_SLOT : 0;
-    int64_t read_slots = got > IDX_HEADER ? got - IDX_HEADER : 0;
-    int64_t slots = (slot_bytes < read_slots ? slot_bytes : read_slots) / IDX_SLOT;
-    if (out->count + (size_t)slots > out->capacity) {
-        size_t capacity = out->capacity * 2 > out->count + (size_t)slots ? out->capacity * 2 : out->count + (size_t)slots;
-        uint64_t *ids = PyMem_RawRealloc(out->ids, capacity * sizeof(uint64_t));
-        if (ids != NULL)
-            out->ids = ids;
-        uint64_t *locations = ids == NULL ? NULL : PyMem_RawRealloc(out->locations, capacity * sizeof(uint64_t));
-        if (locations == NULL)
-            goto done; /* out of memory: the Python reader tries, and raises if it must */
-        out->locations = locations;
-        out->capacity = capacity;
-    }
-    size_t before = out->count;
-    for (int64_t i = 0; i < slots; i++) {
-        uint64_t raw = be64(buffer + IDX_HEADER + i * IDX_SLOT);
-        if (raw) {
-            out->ids[out->count] = (uint64_t)i;
-            out->locations[out->count++] = raw;
-        }
-    }
-    result = (Py_ssize_t)(out->count - before);
+    result = sift_index(buffer, got, size, out);
 done:
     if (ours_end > 0)
         posix_fadvise(fd, 0, ours_end, POSIX_FADV_DONTNEED);
@@ -1266,54 +1478,50 @@ done:
 }
 
 /* An opened file not read: closed, what was fetched for it dropped. */
-static void release_opened(int fd, int flags) {
+static void release_pending(int fd, int flags) {
     if (flags & IDX_FETCHED)
         posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_DONTNEED);
     close(fd);
 }
 
-/* The (fd, flags) of item `i` of a sequence as open_index_files returned it; fd -1 for any other item. */
-static void opened_file(PyObject *sequence, Py_ssize_t i, int *fd, int *flags) {
-    PyObject *item = PySequence_Fast_GET_ITEM(sequence, i);
-    *fd = -1, *flags = 0;
-    if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "ii", fd, flags))
-        PyErr_Clear(), *fd = -1;
+/* A window of files as open_index_files left it: per file, its slot count (those in `cached`, after the files' before
+ * it), IDX_LEAVE_TO_PYTHON, or IDX_PENDING (its fd and flags kept). Read (read_index_files) or closed once. */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;
+    Py_ssize_t *counts;
+    int *fds, *flags;
+    Slots cached;
+} IndexWindow;
+
+/* Every pending file of the window closed unread; the window then holds no files. */
+static void IndexWindow_release(IndexWindow *self) {
+    for (Py_ssize_t i = 0; i < self->n; i++)
+        if (self->counts[i] == IDX_PENDING)
+            release_pending(self->fds[i], self->flags[i]);
+    self->n = 0;
 }
 
-/* Every file of `sequence` released unread: when it cannot be read (out of memory) or is not to be. */
-static void release_all_opened(PyObject *sequence) {
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sequence); i++) {
-        int fd, flags;
-        opened_file(sequence, i, &fd, &flags);
-        if (fd >= 0)
-            release_opened(fd, flags);
-    }
+static void IndexWindow_dealloc(IndexWindow *self) {
+    IndexWindow_release(self);
+    PyMem_Free(self->counts);
+    PyMem_Free(self->fds);
+    PyMem_Free(self->flags);
+    PyMem_RawFree(self->cached.ids);
+    PyMem_RawFree(self->cached.locations);
+    Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The (fd, flags) pairs of a list as open_index_files returned it, as two arrays; -1 (MemoryError) after releasing
- * every file when the arrays cannot be had. */
-static int opened_files(PyObject *opened, Py_ssize_t *n, int **fds, int **flags) {
-    PyObject *sequence = PySequence_Fast(opened, "a list of (fd, flags) as open_index_files returns");
-    if (sequence == NULL)
-        return -1;
-    *n = PySequence_Fast_GET_SIZE(sequence);
-    *fds = PyMem_Calloc((size_t)*n + 1, sizeof(int));
-    *flags = PyMem_Calloc((size_t)*n + 1, sizeof(int));
-    if (*fds == NULL || *flags == NULL) {
-        PyMem_Free(*fds), PyMem_Free(*flags);
-        release_all_opened(sequence);
-        Py_DECREF(sequence);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < *n; i++)
-        opened_file(sequence, i, &(*fds)[i], &(*flags)[i]);
-    Py_DECREF(sequence);
-    return 0;
-}
+static PyTypeObject IndexWindowType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "scanner.scan._native.IndexWindow",
+    .tp_basicsize = sizeof(IndexWindow),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "`.idx` files open_index_files opened: read_index_files reads them, close_index_files closes them",
+    .tp_dealloc = (destructor)IndexWindow_dealloc,
+};
 
-/* open_index_files(paths): [(fd, flags)], each file opened read-only and its first bytes fetched ahead (fd -1: it
- * would not open; the Python reader finds out why by path). */
+/* open_index_files(paths): an IndexWindow of the files, each opened read-only: those all cached read at once, the
+ * others' first bytes asked of the disk (one that would not open, or is too large, is left to the Python reader). */
 static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
     PyObject *paths;
     if (!PyArg_ParseTuple(args, "O", &paths))
@@ -1322,7 +1530,7 @@ static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
     if (sequence == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
-    PyObject *encoded = PyList_New(n), *opened = NULL;
+    PyObject *encoded = PyList_New(n);
     for (Py_ssize_t i = 0; encoded != NULL && i < n; i++) {
         PyObject *path = NULL;
         if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(sequence, i), &path))
@@ -1330,98 +1538,99 @@ static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
         else
             PyList_SET_ITEM(encoded, i, path);
     }
-    int *fds = encoded == NULL ? NULL : PyMem_Calloc((size_t)n + 1, sizeof(int));
-    int *flags = fds == NULL ? NULL : PyMem_Calloc((size_t)n + 1, sizeof(int));
-    if (encoded != NULL && flags == NULL)
-        PyErr_NoMemory();
-    if (flags != NULL) {
+    Py_DECREF(sequence);
+    if (encoded == NULL)
+        return NULL;
+    IndexWindow *window = PyObject_New(IndexWindow, &IndexWindowType);
+    uint8_t *buffer = PyMem_RawMalloc(IDX_FIRST_READ);
+    if (window != NULL) {
+        window->n = 0, window->cached = (Slots){NULL, NULL, 0, 0};
+        window->counts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+        window->fds = PyMem_Calloc((size_t)n + 1, sizeof(int));
+        window->flags = PyMem_Calloc((size_t)n + 1, sizeof(int));
+        if (window->counts == NULL || window->fds == NULL || window->flags == NULL || buffer == NULL) {
+            Py_CLEAR(window);
+            PyErr_NoMemory();
+        }
+    }
+    if (window != NULL) {
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < n; i++) {
-            fds[i] = open_read_only(PyBytes_AS_STRING(PyList_GET_ITEM(encoded, i)));
-            flags[i] = fds[i] >= 0 ? fetch_ahead(fds[i]) : 0;
+            int fd = open_read_only(PyBytes_AS_STRING(PyList_GET_ITEM(encoded, i)));
+            window->counts[i] = fd < 0 ? IDX_LEAVE_TO_PYTHON
+                                       : read_at_open(fd, buffer, &window->cached, &window->flags[i]);
+            window->fds[i] = window->counts[i] == IDX_PENDING ? fd : -1;
         }
+        window->n = n;
         Py_END_ALLOW_THREADS
-        opened = PyList_New(n);
-        for (Py_ssize_t i = 0; opened != NULL && i < n; i++) {
-            PyObject *pair = Py_BuildValue("(ii)", fds[i], flags[i]);
-            if (pair == NULL)
-                Py_CLEAR(opened);
-            else
-                PyList_SET_ITEM(opened, i, pair);
-        }
-        if (opened == NULL) /* nobody else knows these files */
-            for (Py_ssize_t i = 0; i < n; i++)
-                if (fds[i] >= 0)
-                    close(fds[i]);
     }
-    PyMem_Free(fds);
-    PyMem_Free(flags);
-    Py_XDECREF(encoded);
-    Py_DECREF(sequence);
-    return opened;
+    PyMem_RawFree(buffer);
+    Py_DECREF(encoded);
+    return (PyObject *)window;
 }
 
-/* read_index_files(opened): (counts, entry ids, locations), every file of `opened` read and closed. counts[i]: how
+/* read_index_files(window): (counts, entry ids, locations) of every file of the window (then closed). counts[i]: how
  * many non-empty slots file i has (their entry ids and encoded locations follow those of the files before it, as
  * native uint64 in the two bytes), or -1: file i is left to the Python reader. */
 static PyObject *native_read_index_files(PyObject *m, PyObject *args) {
-    PyObject *opened;
-    if (!PyArg_ParseTuple(args, "O", &opened))
+    IndexWindow *window;
+    if (!PyArg_ParseTuple(args, "O!", &IndexWindowType, &window))
         return NULL;
-    Py_ssize_t n;
-    int *fds, *flags;
-    if (opened_files(opened, &n, &fds, &flags) < 0)
-        return NULL;
-    Py_ssize_t *counts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    Py_ssize_t n = window->n;
     uint8_t *buffer = PyMem_RawMalloc(IDX_FIRST_READ);
+    PyObject *list = buffer == NULL ? NULL : PyList_New(n);
+    if (list == NULL) {
+        PyMem_RawFree(buffer);
+        IndexWindow_release(window);
+        return buffer == NULL ? PyErr_NoMemory() : NULL;
+    }
     Slots out = {NULL, NULL, 0, 0};
-    if (counts != NULL && buffer != NULL) {
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++)
-            counts[i] = fds[i] < 0 ? IDX_LEAVE_TO_PYTHON : read_small_index(fds[i], flags[i], buffer, &out);
-        Py_END_ALLOW_THREADS
-    } else {
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (fds[i] >= 0)
-                release_opened(fds[i], flags[i]);
-    }
-    PyObject *result = NULL;
-    if (counts == NULL || buffer == NULL) {
-        PyErr_NoMemory();
-    } else {
-        PyObject *list = PyList_New(n);
-        for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
-            PyObject *count = PyLong_FromSsize_t(counts[i]);
-            if (count == NULL)
-                Py_CLEAR(list);
-            else
-                PyList_SET_ITEM(list, i, count);
+    Py_BEGIN_ALLOW_THREADS
+    size_t at = 0; /* the next file's slots in window->cached */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t count = window->counts[i];
+        if (count == IDX_PENDING) {
+            window->counts[i] = read_pending(window->fds[i], window->flags[i], buffer, &out);
+            continue;
         }
-        if (list != NULL)
-            result = Py_BuildValue("(Ny#y#)", list, out.ids ? (const char *)out.ids : "",  /* NULL would be None */
-                                   (Py_ssize_t)(out.count * sizeof(uint64_t)),
-                                   out.locations ? (const char *)out.locations : "",
-                                   (Py_ssize_t)(out.count * sizeof(uint64_t)));
+        if (count <= 0)
+            continue;
+        if (reserve_slots(&out, (size_t)count) < 0) {
+            window->counts[i] = IDX_LEAVE_TO_PYTHON; /* out of memory: the Python reader tries, and raises if it must */
+        } else {
+            memcpy(out.ids + out.count, window->cached.ids + at, (size_t)count * sizeof(uint64_t));
+            memcpy(out.locations + out.count, window->cached.locations + at, (size_t)count * sizeof(uint64_t));
+            out.count += (size_t)count;
+        }
+        at += (size_t)count;
     }
+    window->n = 0; /* every file closed */
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL;
+    for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
+        PyObject *count = PyLong_FromSsize_t(window->counts[i]);
+        if (count == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, count);
+    }
+    if (list != NULL)
+        result = Py_BuildValue("(Ny#y#)", list, out.ids ? (const char *)out.ids : "", /* NULL would be None */
+                               (Py_ssize_t)(out.count * sizeof(uint64_t)),
+                               out.locations ? (const char *)out.locations : "",
+                               (Py_ssize_t)(out.count * sizeof(uint64_t)));
     PyMem_RawFree(out.ids);
     PyMem_RawFree(out.locations);
     PyMem_RawFree(buffer);
-    PyMem_Free(counts);
-    PyMem_Free(fds);
-    PyMem_Free(flags);
     return result;
 }
 
-/* close_index_files(opened): files opened ahead and not read, closed; what was fetched for them dropped. */
+/* close_index_files(window): the window's files not read closed; what was fetched for them dropped. */
 static PyObject *native_close_index_files(PyObject *m, PyObject *args) {
-    PyObject *opened;
-    if (!PyArg_ParseTuple(args, "O", &opened))
+    IndexWindow *window;
+    if (!PyArg_ParseTuple(args, "O!", &IndexWindowType, &window))
         return NULL;
-    PyObject *sequence = PySequence_Fast(opened, "a list of (fd, flags) as open_index_files returns");
-    if (sequence == NULL)
-        return NULL;
-    release_all_opened(sequence);
-    Py_DECREF(sequence);
+    IndexWindow_release(window);
     Py_RETURN_NONE;
 }
 
@@ -1508,14 +1717,16 @@ static PyMethodDef module_methods[] = {
      "sort_pairs(keys, values): two uint64 columns sorted by the first, stably, in place"},
     {"owned_count", native_owned_count, METH_VARARGS,
      "owned_count(entry_ids, low, high, index, size, quorum): entries of [low, high) striped onto ensemble index"},
+    {"list_index_files", native_list_index_files, METH_VARARGS,
+     "list_index_files(directory) -> [(ledger id, path)]: the `.idx` / `.rloc` files in directory's subdirectories"},
     {"open_index_files", native_open_index_files, METH_VARARGS,
-     "open_index_files(paths) -> [(fd, flags)]: `.idx` files opened read-only, their first bytes fetched ahead"},
+     "open_index_files(paths) -> IndexWindow: `.idx` files opened, the cached ones read, the others fetched ahead"},
     {"read_index_files", native_read_index_files, METH_VARARGS,
-     "read_index_files(opened) -> (counts, entry ids, locations): small `.idx` files read, checked, sifted, closed"},
+     "read_index_files(window) -> (counts, entry ids, locations): small `.idx` files read, checked, sifted, closed"},
     {"decode_location_pairs", native_decode_location_pairs, METH_VARARGS,
      "decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular): a `locations` DB batch"},
     {"close_index_files", native_close_index_files, METH_VARARGS,
-     "close_index_files(opened): files opened ahead and not read, closed"},
+     "close_index_files(window): files opened ahead and not read, closed"},
     {NULL},
 };
 
@@ -1538,7 +1749,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         crc32c_kind = "SSE4.2";
     }
 #endif
-    if (PyType_Ready(&WalkerType) < 0)
+    if (PyType_Ready(&WalkerType) < 0 || PyType_Ready(&IndexWindowType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -93,8 +93,16 @@ def indexed_ledger_ids(current_dir: Path) -> Iterator[int]:
 
 def index_files(current_dir: Path) -> Iterator[tuple[int, str]]:
     """(ledger id, path) of the files two levels under ``current_dir`` that the bookie reads a ledger's index
-    from, in directory order: its `.idx`, else a `.rloc` left by an interrupted move."""
+    from, in directory order: its `.idx`, else a `.rloc` left by an interrupted move.
+
+    The scan's native code, when it runs (:mod:`scanner.scan.native`), lists each first-level directory's files
+    in one call; the loop here is the reference.
+    """
+    native = native_code()
     for grandparent in _subdirs(current_dir):
+        if native is not None:
+            yield from native.list_index_files(grandparent)
+            continue
         for parent in _subdirs(grandparent):
             with os.scandir(parent) as files:
                 for entry in files:
@@ -117,8 +125,9 @@ def read_index_files(files: Iterable[tuple[int, str]]) -> Iterator[IndexedLedger
     file that cannot be read as BookKeeper wrote it; nothing for a file gone since the listing.
 
     Each file is opened a window of files before it is read (:func:`fetched_ahead`). The scan's native code, when it
-    runs (:mod:`scanner.scan.native`), reads a window of small files per call; every other file, and every file when
-    the Python forms are forced (the reference), is read by :class:`IndexFile`.
+    runs (:mod:`scanner.scan.native`), opens and reads a window of small files per call, reading those the page
+    cache holds whole as it opens them; every other file, and every file when the Python forms are forced (the
+    reference), is read by :class:`IndexFile`.
     """
     native = native_code()
     if native is None:

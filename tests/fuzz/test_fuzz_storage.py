@@ -8,6 +8,7 @@ hostile values in every length field, then read the way a scan reads them.
 from __future__ import annotations
 
 import struct
+import tempfile
 from array import array
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from scanner.storage.dbstorage import MalformedDbRecord, parse_ledger_data, pars
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry
 from scanner.storage.entrylog import EntryLog, EntryLogError
 from scanner.storage.indexfile import IndexFile, IndexFileError, parse_index_header, read_index_files
+from scanner.storage.indexfile import index_files as listed_index_files
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import BookieLayout
 from scanner.storage.proto.db_ledger_storage_pb2 import LedgerData
@@ -242,6 +244,38 @@ def test_index_files_read_natively_give_what_the_python_reader_gives(data, grown
         native = read()
         with reference_walker():
             assert native == read()
+
+
+# Names near the listing's rule: hex digits of every length, both suffixes, case, dots, and what is not a name.
+index_name = st.one_of(
+    st.builds(lambda digits, suffix: digits + suffix, st.text("0123456789abcdefF", min_size=0, max_size=18),
+              st.sampled_from([".idx", ".rloc", ".IDX", ".idx.", "idx", ".rlocx", ""])),
+    st.text(st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",)), min_size=1, max_size=20),
+).filter(lambda name: name not in (".", ".."))
+index_tree = st.lists(st.tuples(st.sampled_from(["0", "1f", "x"]), st.sampled_from(["5", "ab", ".y"]), index_name,
+                                st.sampled_from(["file", "dir", "link", "dangling"])), max_size=25)
+
+
+@fuzz_settings(0.5)
+@given(tree=index_tree)
+def test_index_files_listed_natively_are_those_the_python_listing_lists(tree):
+    with tempfile.TemporaryDirectory() as scratch:
+        current = Path(scratch)
+        for first, second, name, kind in tree:
+            parent = current / first / second
+            parent.mkdir(parents=True, exist_ok=True)
+            path = parent / name
+            if path.exists() or path.is_symlink():
+                continue
+            if kind == "file":
+                path.write_bytes(b"")
+            elif kind == "dir":
+                path.mkdir()
+            else:
+                path.symlink_to(current / "0" / "5" / ("0.idx" if kind == "link" else "nowhere"))
+        native = list(listed_index_files(current))
+        with reference_walker():
+            assert native == list(listed_index_files(current))
 
 
 @fuzz_settings()
