@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import struct
 import sys
+import tempfile
 from array import array
 from pathlib import Path, PurePosixPath
 
@@ -42,6 +44,8 @@ from bench_scale import drop_from_page_cache  # noqa: E402
 
 KEY = master_key(b"secret")
 PAGE = 8192
+
+NOBODY = 65534  # the unprivileged user and group of Debian and most Linux systems
 
 
 def header(version=1, key=KEY, state_bits=0, lac=b"", key_length=None, lac_length=None) -> bytes:
@@ -398,21 +402,53 @@ def test_the_native_listing_keeps_every_rule_of_the_python_listing(tmp_path):
     ])
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
-def test_a_directory_the_listing_cannot_read_stops_both_listings_alike(tmp_path):
-    current = tmp_path / "current"
-    for ledger_id in (5, 6):
-        path = current / index_file_path(ledger_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(header())
-    locked = current / "0" / "6"
-    locked.chmod(0)
-    try:
-        errors = []
-        for walker in (contextlib.nullcontext, reference_walker):
-            with walker(), pytest.raises(PermissionError) as raised:
-                list(index_files(current))
-            errors.append((raised.value.errno, raised.value.filename))
-        assert errors == [(errno.EACCES, str(locked))] * 2
-    finally:
-        locked.chmod(0o755)
+def test_a_directory_the_listing_cannot_read_stops_both_listings_alike():
+    with tempfile.TemporaryDirectory() as top:  # not pytest's: its tree is closed to other users
+        Path(top).chmod(0o755)
+        current = Path(top) / "current"
+        for ledger_id in (5, 6):
+            path = current / index_file_path(ledger_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(header())
+        locked = current / "0" / "6"
+        locked.chmod(0)
+        try:
+            assert _unprivileged(_listing_errors, current) == [[errno.EACCES, str(locked)]] * 2
+        finally:
+            locked.chmod(0o755)
+
+
+def _listing_errors(current: Path) -> list[list]:
+    errors = []
+    for walker in (contextlib.nullcontext, reference_walker):
+        with walker(), pytest.raises(PermissionError) as raised:
+            list(index_files(current))
+        errors.append([raised.value.errno, raised.value.filename])
+    return errors
+
+
+def _unprivileged(function, *args):
+    """``function(*args)``'s result (JSON), in a child process without root's right to read any directory:
+    as the unprivileged user ``nobody`` when this process is root."""
+    if os.geteuid() != 0:
+        return json.loads(json.dumps(function(*args)))
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        status = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.write(write_end, json.dumps(function(*args)).encode())
+            status = 0
+        except BaseException as error:
+            os.write(write_end, json.dumps({"failed": repr(error)}).encode())
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        result = json.loads(answer.read())
+    os.waitpid(child, 0)
+    return result
