@@ -879,7 +879,10 @@ static PyTypeObject WalkerType = {
  * bits from the lowest one that differs up, the widest gap of bits no key differs in squeezed out, above the index.
  * Those are sorted by SORT_DIGIT-bit digits (those that differ), the other columns then gathered by the index the
  * low bits hold, and the keys rebuilt from the high bits. Otherwise (key, index) pairs are sorted by the key's
- * bytes that differ. */
+ * bytes that differ.
+ *
+ * Keys may be sorted by their bits from `coarse` up only (the index's runs: by window of positions, the order within
+ * one left as it came); the keys are then gathered by the index like the other columns. */
 
 #define SORT_DIGIT 11
 #define SORT_BUCKETS (1u << SORT_DIGIT)
@@ -921,7 +924,7 @@ static inline uint64_t unpacked_key(const Packing *s, uint64_t packed) {
     return ((packed & low_bits(s->gap)) | (packed >> s->gap) << (s->gap + s->gap_width)) << s->low;
 }
 
-static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ, int index_bits) {
+static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ, int index_bits, int coarse) {
     Packing s = packing_of(differ);
     uint64_t *p = PyMem_RawMalloc(n * sizeof(uint64_t)), *q = PyMem_RawMalloc(n * sizeof(uint64_t));
     uint32_t(*counts)[SORT_BUCKETS] = PyMem_RawCalloc(SORT_PASSES, sizeof *counts);
@@ -960,22 +963,26 @@ static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint6
         p = q, q = t;
     }
     uint64_t index_mask = low_bits(index_bits);
-    uint64_t *columns[2] = {a, b};
-    for (int c = 0; c < 2 && columns[c] != NULL; c++) {
+    uint64_t *columns[3] = {a, b, coarse ? keys : NULL};
+    for (int c = 0; c < 3; c++) {
+        if (columns[c] == NULL)
+            continue;
         for (size_t i = 0; i < n; i++)
             q[i] = columns[c][p[i] & index_mask];
         memcpy(columns[c], q, n * sizeof(uint64_t));
     }
-    /* The bits no key differs in are keys[0]'s. */
-    uint64_t carried = unpacked_key(&s, low_bits(s.bits)), base = keys[0] & ~carried;
-    for (size_t i = 0; i < n; i++)
-        keys[i] = base | unpacked_key(&s, p[i] >> index_bits);
+    if (!coarse) { /* the keys rebuilt: the bits no key differs in are keys[0]'s */
+        uint64_t carried = unpacked_key(&s, low_bits(s.bits)), base = keys[0] & ~carried;
+        for (size_t i = 0; i < n; i++)
+            keys[i] = base | unpacked_key(&s, p[i] >> index_bits);
+    }
     PyMem_RawFree(p), PyMem_RawFree(q), PyMem_RawFree(counts);
     return 0;
 }
 
 /* (key, index) pairs sorted by the key bytes that differ, then the other columns gathered. */
 static int sort_general(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ) {
+    const uint64_t sorted_bits = ~low_bits(__builtin_ctzll(differ)); /* those below `coarse` left out */
     uint64_t *k2 = PyMem_RawMalloc(n * sizeof(uint64_t)), *spare = PyMem_RawMalloc(n * sizeof(uint64_t));
     uint32_t *order = PyMem_RawMalloc(n * sizeof(uint32_t)), *o2 = PyMem_RawMalloc(n * sizeof(uint32_t));
     if (k2 == NULL || spare == NULL || order == NULL || o2 == NULL) {
@@ -991,11 +998,11 @@ static int sort_general(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint
             continue;
         size_t count[257] = {0};
         for (size_t i = 0; i < n; i++)
-            count[((from_k[i] >> shift) & 0xff) + 1]++;
+            count[((from_k[i] & sorted_bits) >> shift & 0xff) + 1]++;
         for (int d = 0; d < 256; d++)
             count[d + 1] += count[d];
         for (size_t i = 0; i < n; i++) {
-            size_t at = count[(from_k[i] >> shift) & 0xff]++;
+            size_t at = count[(from_k[i] & sorted_bits) >> shift & 0xff]++;
             to_k[at] = from_k[i];
             to_o[at] = from_o[i];
         }
@@ -1014,26 +1021,32 @@ static int sort_general(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint
     return 0;
 }
 
-/* Sorts (keys, a, b) by keys, stably (b may be NULL: no such column); n in [2, 2^32). */
-static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n) {
+/* Sorts (keys, a, b) by keys >> coarse, stably (b may be NULL: no such column); n in [2, 2^32), coarse in [0, 64). */
+static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, int coarse) {
     uint64_t differ = 0;
     for (size_t i = 1; i < n; i++)
         differ |= keys[i] ^ keys[0];
+    differ &= ~low_bits(coarse);
     if (differ == 0)
         return 0; /* all equal: in order already */
     int index_bits = 64 - __builtin_clzll((uint64_t)(n - 1));
     if (packing_of(differ).bits + index_bits <= 64)
-        return sort_packed(keys, a, b, n, differ, index_bits);
+        return sort_packed(keys, a, b, n, differ, index_bits, coarse);
     return sort_general(keys, a, b, n, differ);
 }
 
-/* sort_by_location(locations, ledgers, entries, positions=None): the three uint64 columns sorted by location, stably,
- * in place (slices already sorted, one after the other, come out merged, ties in their order); positions, when
- * given, filled with each sorted location's position (its low 32 bits). */
+/* sort_by_location(locations, ledgers, entries, positions=None, coarse=0): the three uint64 columns sorted by
+ * location >> coarse, stably, in place (slices already sorted, one after the other, come out merged, ties in their
+ * order); positions, when given, filled with each sorted location's position (its low 32 bits). */
 static PyObject *native_sort_by_location(PyObject *m, PyObject *args) {
     PyObject *objects[4] = {NULL, NULL, NULL, NULL};
-    if (!PyArg_ParseTuple(args, "OOO|O", &objects[0], &objects[1], &objects[2], &objects[3]))
+    int coarse = 0;
+    if (!PyArg_ParseTuple(args, "OOO|Oi", &objects[0], &objects[1], &objects[2], &objects[3], &coarse))
         return NULL;
+    if (coarse < 0 || coarse > 63) {
+        PyErr_SetString(PyExc_ValueError, "coarse is in [0, 64)");
+        return NULL;
+    }
     int columns = objects[3] == NULL || objects[3] == Py_None ? 3 : 4;
     Py_buffer views[4];
     for (int i = 0; i < columns; i++)
@@ -1051,7 +1064,7 @@ static PyObject *native_sort_by_location(PyObject *m, PyObject *args) {
         failed = 1;
     } else {
         Py_BEGIN_ALLOW_THREADS
-        failed = n > 1 && sort_triples(views[0].buf, views[1].buf, views[2].buf, n) < 0;
+        failed = n > 1 && sort_triples(views[0].buf, views[1].buf, views[2].buf, n, coarse) < 0;
         if (!failed && columns == 4) {
             const uint64_t *locations = views[0].buf;
             uint64_t *positions = views[3].buf;
@@ -1088,7 +1101,7 @@ static PyObject *native_sort_pairs(PyObject *m, PyObject *args) {
         failed = 1;
     } else if (n > 1) {
         Py_BEGIN_ALLOW_THREADS
-        failed = sort_triples(views[0].buf, views[1].buf, NULL, n) < 0;
+        failed = sort_triples(views[0].buf, views[1].buf, NULL, n, 0) < 0;
         Py_END_ALLOW_THREADS
         if (failed)
             PyErr_NoMemory();
@@ -1502,8 +1515,8 @@ static PyMethodDef module_methods[] = {
     {"crc32c_portable", native_crc32c_portable, METH_VARARGS, "crc32c(data, value=0) without CPU instructions"},
     {"crc32", native_crc32, METH_VARARGS, "crc32(data, value=0): CRC32 as zlib computes it"},
     {"sort_by_location", native_sort_by_location, METH_VARARGS,
-     "sort_by_location(locations, ledgers, entries, positions=None): sorted by location, stably, in place; "
-     "positions filled with the sorted locations' low 32 bits"},
+     "sort_by_location(locations, ledgers, entries, positions=None, coarse=0): sorted by location >> coarse, "
+     "stably, in place; positions filled with the sorted locations' low 32 bits"},
     {"sort_pairs", native_sort_pairs, METH_VARARGS,
      "sort_pairs(keys, values): two uint64 columns sorted by the first, stably, in place"},
     {"owned_count", native_owned_count, METH_VARARGS,
