@@ -11,6 +11,7 @@ import zlib
 from array import array
 
 import crc32c
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,6 +94,31 @@ def test_sorting_and_merging_locations_natively_gives_what_pyarrow_gives(runs, s
         native = sorted_by_location(*(memoryview(column)[:len(runs[-2])] for column in wider))
         assert list(zip(*native)) == sorted(runs[-2], key=lambda triple: triple[0])
         assert all(list(column[len(runs[-2]):]) == [7] * 5 for column in wider)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(0, 2**64 - 1), max_size=60)
+       | st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2**32 - 1)), max_size=60).map(
+           lambda pairs: [(log + 2**20) << 32 | pos for log, pos in pairs])
+       | st.lists(st.sampled_from([0, 2**63, 12345]), max_size=60),
+       cut=st.integers(1, 8))
+def test_a_column_packed_narrow_comes_back_whole_and_short_bytes_are_refused(values, cut):
+    # The location runs' scratch file stores each run's columns narrow (a few logs' locations: 4 bytes, not 8).
+    column = array("Q", values)
+    code, data = native.native_code().narrow(column)
+    width = code[-1]
+    assert len(data) == width * len(values) and width in (0, 1, 2, 4, 8)
+    assert width < 8 or len(set(values)) > 1 and max(values) ^ min(values) >= 2**32  # narrow when the bits allow
+    back = array("Q", bytes(8 * len(values)))
+    native.native_code().widen(data, back, code)
+    assert back == column
+    if data:
+        with pytest.raises(ValueError, match="do not hold"):
+            native.native_code().widen(data[:-cut] if cut <= len(data) else data + b"x", back, code)
+    with pytest.raises(ValueError, match="out of range"):
+        native.native_code().widen(b"", array("Q"), (0, 60, 0, 0, 8, 1))
+    with pytest.raises(ValueError, match="width"):
+        native.native_code().widen(b"", array("Q"), (0, 0, 0, 0, 24, 3))
 
 
 @settings(max_examples=200, deadline=None)

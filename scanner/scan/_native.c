@@ -1113,6 +1113,137 @@ static PyObject *native_sort_pairs(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The location runs' scratch file: each column of a run stored narrow. A column's values are packed as the sort packs
+ * keys (their bits from the lowest that differs up, the widest gap of bits none differs in squeezed out) into 1, 2, 4
+ * or 8 bytes each (none when all are equal); its code (base, low, gap, gap width, bits, width) brings them back. */
+
+static int width_of(int bits) { return bits <= 8 ? 1 : bits <= 16 ? 2 : bits <= 32 ? 4 : 8; }
+
+/* narrow(column) -> (code, bytes): the uint64 column packed. */
+static PyObject *native_narrow(PyObject *m, PyObject *args) {
+    PyObject *object;
+    if (!PyArg_ParseTuple(args, "O", &object))
+        return NULL;
+    Py_buffer view;
+    if (uint64_column(object, &view) < 0)
+        return NULL;
+    const uint64_t *values = view.buf;
+    size_t n = (size_t)(view.len / 8);
+    uint64_t differ = 0;
+    for (size_t i = 1; i < n; i++)
+        differ |= values[i] ^ values[0];
+    Packing s = {0, 0, 0, 0};
+    int width = 0;
+    uint64_t base = n ? values[0] : 0;
+    if (differ) {
+        s = packing_of(differ);
+        width = width_of(s.bits);
+        base &= ~unpacked_key(&s, low_bits(s.bits)); /* the bits no value differs in */
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * (size_t)width));
+    if (data == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(data);
+    Py_BEGIN_ALLOW_THREADS
+    switch (width) {
+    case 1:
+        for (size_t i = 0; i < n; i++)
+            out[i] = (uint8_t)packed_key(&s, values[i]);
+        break;
+    case 2:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t v = (uint16_t)packed_key(&s, values[i]);
+            memcpy(out + 2 * i, &v, 2);
+        }
+        break;
+    case 4:
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = (uint32_t)packed_key(&s, values[i]);
+            memcpy(out + 4 * i, &v, 4);
+        }
+        break;
+    case 8:
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v = packed_key(&s, values[i]);
+            memcpy(out + 8 * i, &v, 8);
+        }
+        break;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Kiiiii)N", (unsigned long long)base, s.low, s.gap, s.gap_width, s.bits, width, data);
+}
+
+/* widen(data, out, code): the values narrow() packed into `data` under `code`, into the uint64 buffer `out`. */
+static PyObject *native_widen(PyObject *m, PyObject *args) {
+    Py_buffer data, view;
+    unsigned long long base;
+    Packing s;
+    int width;
+    PyObject *object;
+    if (!PyArg_ParseTuple(args, "y*O(Kiiiii)", &data, &object, &base, &s.low, &s.gap, &s.gap_width, &s.bits, &width))
+        return NULL;
+    if (writable_uint64(object, &view) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    size_t n = (size_t)(view.len / 8);
+    const char *wrong = NULL;
+    if (width != 0 && width != 1 && width != 2 && width != 4 && width != 8)
+        wrong = "a column's width is 0, 1, 2, 4 or 8 bytes";
+    else if (s.low < 0 || s.gap < 0 || s.gap_width < 0 || s.bits < (width ? 1 : 0) || s.gap >= (width ? s.bits : 1) ||
+             s.low + s.gap_width + s.bits > 64 || (width && width_of(s.bits) != width))
+        wrong = "a column's packing is out of range";
+    else if ((size_t)data.len != n * (size_t)width)
+        wrong = "a column's bytes do not hold its values";
+    if (wrong != NULL) {
+        PyErr_SetString(PyExc_ValueError, wrong);
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const uint8_t *in = data.buf;
+    uint64_t *out = view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    switch (width) {
+    case 0:
+        for (size_t i = 0; i < n; i++)
+            out[i] = base;
+        break;
+    case 1:
+        for (size_t i = 0; i < n; i++)
+            out[i] = base | unpacked_key(&s, in[i]);
+        break;
+    case 2:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t v;
+            memcpy(&v, in + 2 * i, 2);
+            out[i] = base | unpacked_key(&s, v);
+        }
+        break;
+    case 4:
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v;
+            memcpy(&v, in + 4 * i, 4);
+            out[i] = base | unpacked_key(&s, v);
+        }
+        break;
+    case 8:
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v;
+            memcpy(&v, in + 8 * i, 8);
+            out[i] = base | unpacked_key(&s, v);
+        }
+        break;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
 /* How many of entry_ids[low:high] have the bookie at ensemble `index` in their write set (striped placement). */
 static PyObject *native_owned_count(PyObject *m, PyObject *args) {
     PyObject *object;
@@ -1519,6 +1650,8 @@ static PyMethodDef module_methods[] = {
      "stably, in place; positions filled with the sorted locations' low 32 bits"},
     {"sort_pairs", native_sort_pairs, METH_VARARGS,
      "sort_pairs(keys, values): two uint64 columns sorted by the first, stably, in place"},
+    {"narrow", native_narrow, METH_VARARGS, "narrow(column) -> (code, bytes): a uint64 column packed narrow"},
+    {"widen", native_widen, METH_VARARGS, "widen(data, out, code): a column narrow() packed, into a uint64 buffer"},
     {"owned_count", native_owned_count, METH_VARARGS,
      "owned_count(entry_ids, low, high, index, size, quorum): entries of [low, high) striped onto ensemble index"},
     {"open_index_files", native_open_index_files, METH_VARARGS,

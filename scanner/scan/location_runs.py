@@ -9,6 +9,9 @@ positions at a time), and sort those: memory holds one run while spilling and on
 however many ledgers, entries and logs the bookie has, and each location is sorted once, in the walk's
 batch (within a window, a run keeps its locations in the order they came).
 
+A run's columns are stored narrow where the native code runs: each packed into 1, 2, 4 or 8 bytes a value by the
+bits its values differ in (for locations about 4 bytes, not 8: a few logs' ids and the positions within them).
+
 The file is read with ``pread``, not mapped: a mapped file's pages count in the process's memory, and the
 kernel maps far more than the page a search touches (fault-around, large folios).
 """
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from scanner.scan.location_sort import log_ids_of, merged_by_location, sorted_by_location
+from scanner.scan.native import native_code
 from scanner.scan.walk_data import ExpectedRecords
 
 RUN_ENTRIES = 1 << 18  # locations put in order in memory at once: 6 MiB of arrays
@@ -31,17 +35,21 @@ BATCH_ENTRIES = 1 << 16  # locations of consecutive logs gathered at once for th
 WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk, when it alone has more
 FENCE = 512  # one location in this many stays in memory: a search reads the 4 KiB between two of them
 _WIDTH = 8  # bytes of a native uint64
+_AS_THEY_ARE = (0, 0, 0, 0, 64, _WIDTH)  # a column's code when stored as native uint64: no packing
 
 
 class _Run:
-    """One run in the runs file, in order of window (location >> ``shift``): three native uint64 columns (location,
-    ledger, entry) from ``offset``."""
+    """One run in the runs file, in order of window (location >> ``shift``): three columns (location, ledger, entry),
+    each from its offset in ``starts``, stored as its code says (``_native.narrow``; ``_AS_THEY_ARE``: uint64)."""
 
-    __slots__ = ("_fd", "_offset", "_shift", "count", "_fences")
+    __slots__ = ("_fd", "_codec", "_starts", "_codes", "_shift", "count", "_fences")
 
-    def __init__(self, fd: int, offset: int, shift: int, locations: array | memoryview):
+    def __init__(self, fd: int, codec, starts: list[int], codes: list[tuple], shift: int,
+                 locations: array | memoryview):
         self._fd = fd
-        self._offset = offset
+        self._codec = codec  # the native module that packed the columns, or None
+        self._starts = starts
+        self._codes = codes
         self._shift = shift
         self.count = len(locations)
         self._fences = array("Q", locations[::FENCE])
@@ -71,8 +79,18 @@ class _Run:
 
     def read_into(self, values: array | memoryview, which: int, i: int, j: int) -> None:
         """Entries [i, j) of column ``which`` read into ``values`` (as long)."""
-        want = (j - i) * _WIDTH
-        if want and os.preadv(self._fd, [values], self._offset + (which * self.count + i) * _WIDTH) != want:
+        code = self._codes[which]
+        width = code[-1]
+        want = (j - i) * width
+        at = self._starts[which] + i * width
+        if code == _AS_THEY_ARE:
+            read = os.preadv(self._fd, [values], at) if want else 0
+        else:
+            data = os.pread(self._fd, want, at) if want else b""
+            read = len(data)
+            if read == want:
+                self._codec.widen(data, values, code)
+        if read != want:
             raise OSError(f"the locations' scratch file ended before entry {j} of a run")
 
 
@@ -83,6 +101,7 @@ class LocationRuns:
         if WINDOW_BYTES & (WINDOW_BYTES - 1) or not 0 < WINDOW_BYTES <= 1 << 32:
             raise ValueError("WINDOW_BYTES is a power of two up to 2^32")
         self._shift = WINDOW_BYTES.bit_length() - 1  # the runs are in order of location >> this
+        self._codec = native_code()  # packs the runs' columns narrow, when it runs
         self._dir = Path(tempfile.mkdtemp(prefix="locations-", dir=scratch))
         self._file = open(self._dir / "runs", "w+b")  # every run, one after the other
         self._run_entries = run_entries
@@ -119,14 +138,19 @@ class LocationRuns:
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
 
     def _spill(self) -> None:
-        offset = self._file.tell()
+        at = self._file.tell()
         filled = [memoryview(column)[:self._filled] for column in (self._locations, self._ledger_ids, self._entry_ids)]
         locations, ledger_ids, entry_ids = sorted_by_location(*filled, coarse=self._shift)
+        starts, codes = [], []
         for column in (locations, ledger_ids, entry_ids):
-            self._file.write(column)
+            code, data = (_AS_THEY_ARE, column) if self._codec is None else self._codec.narrow(column)
+            self._file.write(data)
+            starts.append(at)
+            codes.append(code)
+            at += len(column) * code[-1]
         self._file.flush()
         self._log_ids.update(log_ids_of(locations))
-        self._runs.append(_Run(self._file.fileno(), offset, self._shift, locations))
+        self._runs.append(_Run(self._file.fileno(), self._codec, starts, codes, self._shift, locations))
         for view in filled:
             view.release()
         self._filled = 0
