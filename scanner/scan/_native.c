@@ -915,13 +915,14 @@ static Packing packing_of(uint64_t differ) {
     return s;
 }
 
-static inline uint64_t packed_key(const Packing *s, uint64_t key) {
-    uint64_t x = key >> s->low;
-    return (x & low_bits(s->gap)) | ((x >> (s->gap + s->gap_width)) & low_bits(s->bits - s->gap)) << s->gap;
+/* Taken by value: a copy in locals is not reloaded per key where stores could alias the caller's struct. */
+static inline uint64_t packed_key(const Packing s, uint64_t key) {
+    uint64_t x = key >> s.low;
+    return (x & low_bits(s.gap)) | ((x >> (s.gap + s.gap_width)) & low_bits(s.bits - s.gap)) << s.gap;
 }
 
-static inline uint64_t unpacked_key(const Packing *s, uint64_t packed) {
-    return ((packed & low_bits(s->gap)) | (packed >> s->gap) << (s->gap + s->gap_width)) << s->low;
+static inline uint64_t unpacked_key(const Packing s, uint64_t packed) {
+    return ((packed & low_bits(s.gap)) | (packed >> s.gap) << (s.gap + s.gap_width)) << s.low;
 }
 
 static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ, int index_bits, int coarse) {
@@ -932,7 +933,7 @@ static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint6
         PyMem_RawFree(p), PyMem_RawFree(q), PyMem_RawFree(counts);
         return -1;
     }
-    uint64_t varying = packed_key(&s, differ);
+    uint64_t varying = packed_key(s, differ);
     int shifts[SORT_PASSES], passes = 0;
     for (int at = 0; at < s.bits; at += SORT_DIGIT)
         if ((varying >> at) & (SORT_BUCKETS - 1))
@@ -972,9 +973,9 @@ static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint6
         memcpy(columns[c], q, n * sizeof(uint64_t));
     }
     if (!coarse) { /* the keys rebuilt: the bits no key differs in are keys[0]'s */
-        uint64_t carried = unpacked_key(&s, low_bits(s.bits)), base = keys[0] & ~carried;
+        uint64_t carried = unpacked_key(s, low_bits(s.bits)), base = keys[0] & ~carried;
         for (size_t i = 0; i < n; i++)
-            keys[i] = base | unpacked_key(&s, p[i] >> index_bits);
+            keys[i] = base | unpacked_key(s, p[i] >> index_bits);
     }
     PyMem_RawFree(p), PyMem_RawFree(q), PyMem_RawFree(counts);
     return 0;
@@ -1138,7 +1139,7 @@ static PyObject *native_narrow(PyObject *m, PyObject *args) {
     if (differ) {
         s = packing_of(differ);
         width = width_of(s.bits);
-        base &= ~unpacked_key(&s, low_bits(s.bits)); /* the bits no value differs in */
+        base &= ~unpacked_key(s, low_bits(s.bits)); /* the bits no value differs in */
     }
     PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * (size_t)width));
     if (data == NULL) {
@@ -1150,23 +1151,23 @@ static PyObject *native_narrow(PyObject *m, PyObject *args) {
     switch (width) {
     case 1:
         for (size_t i = 0; i < n; i++)
-            out[i] = (uint8_t)packed_key(&s, values[i]);
+            out[i] = (uint8_t)packed_key(s, values[i]);
         break;
     case 2:
         for (size_t i = 0; i < n; i++) {
-            uint16_t v = (uint16_t)packed_key(&s, values[i]);
+            uint16_t v = (uint16_t)packed_key(s, values[i]);
             memcpy(out + 2 * i, &v, 2);
         }
         break;
     case 4:
         for (size_t i = 0; i < n; i++) {
-            uint32_t v = (uint32_t)packed_key(&s, values[i]);
+            uint32_t v = (uint32_t)packed_key(s, values[i]);
             memcpy(out + 4 * i, &v, 4);
         }
         break;
     case 8:
         for (size_t i = 0; i < n; i++) {
-            uint64_t v = packed_key(&s, values[i]);
+            uint64_t v = packed_key(s, values[i]);
             memcpy(out + 8 * i, &v, 8);
         }
         break;
@@ -1206,35 +1207,37 @@ static PyObject *native_widen(PyObject *m, PyObject *args) {
     }
     const uint8_t *in = data.buf;
     uint64_t *out = view.buf;
+    const Packing k = s; /* copies in locals: the addresses of s and base were taken, the stores could alias them */
+    const uint64_t first = base;
     Py_BEGIN_ALLOW_THREADS
     switch (width) {
     case 0:
         for (size_t i = 0; i < n; i++)
-            out[i] = base;
+            out[i] = first;
         break;
     case 1:
         for (size_t i = 0; i < n; i++)
-            out[i] = base | unpacked_key(&s, in[i]);
+            out[i] = first | unpacked_key(k, in[i]);
         break;
     case 2:
         for (size_t i = 0; i < n; i++) {
             uint16_t v;
             memcpy(&v, in + 2 * i, 2);
-            out[i] = base | unpacked_key(&s, v);
+            out[i] = first | unpacked_key(k, v);
         }
         break;
     case 4:
         for (size_t i = 0; i < n; i++) {
             uint32_t v;
             memcpy(&v, in + 4 * i, 4);
-            out[i] = base | unpacked_key(&s, v);
+            out[i] = first | unpacked_key(k, v);
         }
         break;
     case 8:
         for (size_t i = 0; i < n; i++) {
             uint64_t v;
             memcpy(&v, in + 8 * i, 8);
-            out[i] = base | unpacked_key(&s, v);
+            out[i] = first | unpacked_key(k, v);
         }
         break;
     }
