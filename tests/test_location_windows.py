@@ -9,6 +9,7 @@ import pytest
 
 import scanner.scan.location_runs as location_runs
 from scanner.scan.location_runs import LocationRuns
+from scanner.scan.native import WALKER_VARIABLE
 
 
 def _index(rng: random.Random, ledgers: int, logs: int) -> dict[int, list[tuple[int, int]]]:
@@ -40,16 +41,23 @@ def _served(runs: LocationRuns, log_id: int, start_pos: int = 0) -> list[tuple[i
     return served
 
 
+@pytest.mark.parametrize("walker", ["native", "python"])
 @pytest.mark.parametrize("batch_entries, window_bytes", [(1 << 18, 64 << 20), (40, 64 << 20), (7, 1 << 17)])
-def test_every_log_gets_exactly_its_locations_in_order(tmp_path, monkeypatch, batch_entries, window_bytes):
+def test_every_log_gets_exactly_its_locations_in_order(tmp_path, monkeypatch, batch_entries, window_bytes, walker):
+    # The native code stores the runs' columns narrow, the Python form as uint64: the same locations come back.
     monkeypatch.setattr(location_runs, "BATCH_ENTRIES", batch_entries)
     monkeypatch.setattr(location_runs, "WINDOW_BYTES", window_bytes)
+    if walker == "python":
+        monkeypatch.setenv(WALKER_VARIABLE, "python")
     rng = random.Random(batch_entries)
     index = _index(rng, ledgers=120, logs=25)
     with LocationRuns(tmp_path, run_entries=300) as runs:
         for ledger_id, entries in index.items():
             runs.add(ledger_id, array("Q", [e for e, _ in entries]), array("Q", [loc for _, loc in entries]))
         runs.finish()
+        scratch_bytes = sum(path.stat().st_size for path in tmp_path.glob("locations-*/runs"))
+        # 24 bytes a location as uint64; narrow: 4 (25 logs, positions below 2^20), 4 (ledger ids), 1 (entry ids)
+        assert scratch_bytes == 24 * runs.count if walker == "python" else scratch_bytes == 9 * runs.count
         logs = sorted({location >> 32 for entries in index.values() for _, location in entries})
         assert runs.entry_log_ids() == logs
         for log_id in range(27):  # in order, as a pass walks them (two logs hold nothing)

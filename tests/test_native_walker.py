@@ -11,6 +11,7 @@ import zlib
 from array import array
 
 import crc32c
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -63,10 +64,12 @@ locations = st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 -
 @settings(max_examples=100, deadline=None)
 @given(runs=st.lists(locations, max_size=5),
        small=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**33)), max_size=300),
-       tied=st.lists(st.tuples(st.sampled_from([0, 1, 2**31, 2**40 + 5, 2**63]), st.integers(0, 3)), max_size=300))
-def test_sorting_and_merging_locations_natively_gives_what_pyarrow_gives(runs, small, tied):
+       tied=st.lists(st.tuples(st.sampled_from([0, 1, 2**31, 2**40 + 5, 2**63]), st.integers(0, 3)), max_size=300),
+       coarse=st.sampled_from([0, 1, 17, 26, 40]))
+def test_sorting_and_merging_locations_natively_gives_what_pyarrow_gives(runs, small, tied, coarse):
     # Locations that mostly differ in a few bytes too (a few logs, positions below 2**33: packed with their index,
     # the gap between the bits of the log and the position squeezed out), and many equal ones (ties keep their order).
+    # The runs are put in order of location >> coarse only (by window of positions), as the scan spills them.
     runs = runs + [[((log << 32) | pos, log, pos) for log, pos in small], [(key, i, tag) for i, (key, tag) in
                                                                            enumerate(tied)]]
 
@@ -77,11 +80,10 @@ def test_sorting_and_merging_locations_natively_gives_what_pyarrow_gives(runs, s
         assert [list(c) for c in native] == [list(c) for c in reference]
         return native
 
-    sorted_runs = [both(sorted_by_location, *(array("Q", column) for column in list(zip(*run)) or [(), (), ()]))
-                   for run in runs]
+    sorted_runs = [both(sorted_by_location, *(array("Q", column) for column in list(zip(*run)) or [(), (), ()]),
+                        coarse) for run in runs]
     for run, ordered in zip(runs, sorted_runs):
-        assert list(ordered[0]) == sorted(ordered[0])
-        assert list(zip(*ordered)) == sorted(run, key=lambda triple: triple[0])  # stable: ties in their order
+        assert list(zip(*ordered)) == sorted(run, key=lambda triple: triple[0] >> coarse)  # stable: ties in order
     concatenated = [array("Q", [v for run in sorted_runs for v in run[c]]) for c in range(3)]
     merged = both(merged_by_location, *concatenated)
     assert list(merged[0]) == sorted(loc for run in runs for loc, _, _ in run)
@@ -92,6 +94,31 @@ def test_sorting_and_merging_locations_natively_gives_what_pyarrow_gives(runs, s
         native = sorted_by_location(*(memoryview(column)[:len(runs[-2])] for column in wider))
         assert list(zip(*native)) == sorted(runs[-2], key=lambda triple: triple[0])
         assert all(list(column[len(runs[-2]):]) == [7] * 5 for column in wider)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(0, 2**64 - 1), max_size=60)
+       | st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2**32 - 1)), max_size=60).map(
+           lambda pairs: [(log + 2**20) << 32 | pos for log, pos in pairs])
+       | st.lists(st.sampled_from([0, 2**63, 12345]), max_size=60),
+       cut=st.integers(1, 8))
+def test_a_column_packed_narrow_comes_back_whole_and_short_bytes_are_refused(values, cut):
+    # The location runs' scratch file stores each run's columns narrow (a few logs' locations: 4 bytes, not 8).
+    column = array("Q", values)
+    code, data = native.native_code().narrow(column)
+    width = code[-1]
+    assert len(data) == width * len(values) and width in (0, 1, 2, 4, 8)
+    assert width < 8 or len(set(values)) > 1 and max(values) ^ min(values) >= 2**32  # narrow when the bits allow
+    back = array("Q", bytes(8 * len(values)))
+    native.native_code().widen(data, back, code)
+    assert back == column
+    if data:
+        with pytest.raises(ValueError, match="do not hold"):
+            native.native_code().widen(data[:-cut] if cut <= len(data) else data + b"x", back, code)
+    with pytest.raises(ValueError, match="out of range"):
+        native.native_code().widen(b"", array("Q"), (0, 60, 0, 0, 8, 1))
+    with pytest.raises(ValueError, match="width"):
+        native.native_code().widen(b"", array("Q"), (0, 0, 0, 0, 24, 3))
 
 
 @settings(max_examples=200, deadline=None)

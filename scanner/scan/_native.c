@@ -882,7 +882,10 @@ static PyTypeObject WalkerType = {
  * bits from the lowest one that differs up, the widest gap of bits no key differs in squeezed out, above the index.
  * Those are sorted by SORT_DIGIT-bit digits (those that differ), the other columns then gathered by the index the
  * low bits hold, and the keys rebuilt from the high bits. Otherwise (key, index) pairs are sorted by the key's
- * bytes that differ. */
+ * bytes that differ.
+ *
+ * Keys may be sorted by their bits from `coarse` up only (the index's runs: by window of positions, the order within
+ * one left as it came); the keys are then gathered by the index like the other columns. */
 
 #define SORT_DIGIT 11
 #define SORT_BUCKETS (1u << SORT_DIGIT)
@@ -915,16 +918,17 @@ static Packing packing_of(uint64_t differ) {
     return s;
 }
 
-static inline uint64_t packed_key(const Packing *s, uint64_t key) {
-    uint64_t x = key >> s->low;
-    return (x & low_bits(s->gap)) | ((x >> (s->gap + s->gap_width)) & low_bits(s->bits - s->gap)) << s->gap;
+/* Taken by value: a copy in locals is not reloaded per key where stores could alias the caller's struct. */
+static inline uint64_t packed_key(const Packing s, uint64_t key) {
+    uint64_t x = key >> s.low;
+    return (x & low_bits(s.gap)) | ((x >> (s.gap + s.gap_width)) & low_bits(s.bits - s.gap)) << s.gap;
 }
 
-static inline uint64_t unpacked_key(const Packing *s, uint64_t packed) {
-    return ((packed & low_bits(s->gap)) | (packed >> s->gap) << (s->gap + s->gap_width)) << s->low;
+static inline uint64_t unpacked_key(const Packing s, uint64_t packed) {
+    return ((packed & low_bits(s.gap)) | (packed >> s.gap) << (s.gap + s.gap_width)) << s.low;
 }
 
-static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ, int index_bits) {
+static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ, int index_bits, int coarse) {
     Packing s = packing_of(differ);
     uint64_t *p = PyMem_RawMalloc(n * sizeof(uint64_t)), *q = PyMem_RawMalloc(n * sizeof(uint64_t));
     uint32_t(*counts)[SORT_BUCKETS] = PyMem_RawCalloc(SORT_PASSES, sizeof *counts);
@@ -932,7 +936,7 @@ static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint6
         PyMem_RawFree(p), PyMem_RawFree(q), PyMem_RawFree(counts);
         return -1;
     }
-    uint64_t varying = packed_key(&s, differ);
+    uint64_t varying = packed_key(s, differ);
     int shifts[SORT_PASSES], passes = 0;
     for (int at = 0; at < s.bits; at += SORT_DIGIT)
         if ((varying >> at) & (SORT_BUCKETS - 1))
@@ -963,22 +967,26 @@ static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint6
         p = q, q = t;
     }
     uint64_t index_mask = low_bits(index_bits);
-    uint64_t *columns[2] = {a, b};
-    for (int c = 0; c < 2 && columns[c] != NULL; c++) {
+    uint64_t *columns[3] = {a, b, coarse ? keys : NULL};
+    for (int c = 0; c < 3; c++) {
+        if (columns[c] == NULL)
+            continue;
         for (size_t i = 0; i < n; i++)
             q[i] = columns[c][p[i] & index_mask];
         memcpy(columns[c], q, n * sizeof(uint64_t));
     }
-    /* The bits no key differs in are keys[0]'s. */
-    uint64_t carried = unpacked_key(&s, low_bits(s.bits)), base = keys[0] & ~carried;
-    for (size_t i = 0; i < n; i++)
-        keys[i] = base | unpacked_key(&s, p[i] >> index_bits);
+    if (!coarse) { /* the keys rebuilt: the bits no key differs in are keys[0]'s */
+        uint64_t carried = unpacked_key(s, low_bits(s.bits)), base = keys[0] & ~carried;
+        for (size_t i = 0; i < n; i++)
+            keys[i] = base | unpacked_key(s, p[i] >> index_bits);
+    }
     PyMem_RawFree(p), PyMem_RawFree(q), PyMem_RawFree(counts);
     return 0;
 }
 
 /* (key, index) pairs sorted by the key bytes that differ, then the other columns gathered. */
 static int sort_general(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ) {
+    const uint64_t sorted_bits = ~low_bits(__builtin_ctzll(differ)); /* those below `coarse` left out */
     uint64_t *k2 = PyMem_RawMalloc(n * sizeof(uint64_t)), *spare = PyMem_RawMalloc(n * sizeof(uint64_t));
     uint32_t *order = PyMem_RawMalloc(n * sizeof(uint32_t)), *o2 = PyMem_RawMalloc(n * sizeof(uint32_t));
     if (k2 == NULL || spare == NULL || order == NULL || o2 == NULL) {
@@ -994,11 +1002,11 @@ static int sort_general(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint
             continue;
         size_t count[257] = {0};
         for (size_t i = 0; i < n; i++)
-            count[((from_k[i] >> shift) & 0xff) + 1]++;
+            count[((from_k[i] & sorted_bits) >> shift & 0xff) + 1]++;
         for (int d = 0; d < 256; d++)
             count[d + 1] += count[d];
         for (size_t i = 0; i < n; i++) {
-            size_t at = count[(from_k[i] >> shift) & 0xff]++;
+            size_t at = count[(from_k[i] & sorted_bits) >> shift & 0xff]++;
             to_k[at] = from_k[i];
             to_o[at] = from_o[i];
         }
@@ -1017,26 +1025,32 @@ static int sort_general(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint
     return 0;
 }
 
-/* Sorts (keys, a, b) by keys, stably (b may be NULL: no such column); n in [2, 2^32). */
-static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n) {
+/* Sorts (keys, a, b) by keys >> coarse, stably (b may be NULL: no such column); n in [2, 2^32), coarse in [0, 64). */
+static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, int coarse) {
     uint64_t differ = 0;
     for (size_t i = 1; i < n; i++)
         differ |= keys[i] ^ keys[0];
+    differ &= ~low_bits(coarse);
     if (differ == 0)
         return 0; /* all equal: in order already */
     int index_bits = 64 - __builtin_clzll((uint64_t)(n - 1));
     if (packing_of(differ).bits + index_bits <= 64)
-        return sort_packed(keys, a, b, n, differ, index_bits);
+        return sort_packed(keys, a, b, n, differ, index_bits, coarse);
     return sort_general(keys, a, b, n, differ);
 }
 
-/* sort_by_location(locations, ledgers, entries, positions=None): the three uint64 columns sorted by location, stably,
- * in place (slices already sorted, one after the other, come out merged, ties in their order); positions, when
- * given, filled with each sorted location's position (its low 32 bits). */
+/* sort_by_location(locations, ledgers, entries, positions=None, coarse=0): the three uint64 columns sorted by
+ * location >> coarse, stably, in place (slices already sorted, one after the other, come out merged, ties in their
+ * order); positions, when given, filled with each sorted location's position (its low 32 bits). */
 static PyObject *native_sort_by_location(PyObject *m, PyObject *args) {
     PyObject *objects[4] = {NULL, NULL, NULL, NULL};
-    if (!PyArg_ParseTuple(args, "OOO|O", &objects[0], &objects[1], &objects[2], &objects[3]))
+    int coarse = 0;
+    if (!PyArg_ParseTuple(args, "OOO|Oi", &objects[0], &objects[1], &objects[2], &objects[3], &coarse))
         return NULL;
+    if (coarse < 0 || coarse > 63) {
+        PyErr_SetString(PyExc_ValueError, "coarse is in [0, 64)");
+        return NULL;
+    }
     int columns = objects[3] == NULL || objects[3] == Py_None ? 3 : 4;
     Py_buffer views[4];
     for (int i = 0; i < columns; i++)
@@ -1054,7 +1068,7 @@ static PyObject *native_sort_by_location(PyObject *m, PyObject *args) {
         failed = 1;
     } else {
         Py_BEGIN_ALLOW_THREADS
-        failed = n > 1 && sort_triples(views[0].buf, views[1].buf, views[2].buf, n) < 0;
+        failed = n > 1 && sort_triples(views[0].buf, views[1].buf, views[2].buf, n, coarse) < 0;
         if (!failed && columns == 4) {
             const uint64_t *locations = views[0].buf;
             uint64_t *positions = views[3].buf;
@@ -1091,7 +1105,7 @@ static PyObject *native_sort_pairs(PyObject *m, PyObject *args) {
         failed = 1;
     } else if (n > 1) {
         Py_BEGIN_ALLOW_THREADS
-        failed = sort_triples(views[0].buf, views[1].buf, NULL, n) < 0;
+        failed = sort_triples(views[0].buf, views[1].buf, NULL, n, 0) < 0;
         Py_END_ALLOW_THREADS
         if (failed)
             PyErr_NoMemory();
@@ -1100,6 +1114,139 @@ static PyObject *native_sort_pairs(PyObject *m, PyObject *args) {
     PyBuffer_Release(&views[1]);
     if (failed)
         return NULL;
+    Py_RETURN_NONE;
+}
+
+/* The location runs' scratch file: each column of a run stored narrow. A column's values are packed as the sort packs
+ * keys (their bits from the lowest that differs up, the widest gap of bits none differs in squeezed out) into 1, 2, 4
+ * or 8 bytes each (none when all are equal); its code (base, low, gap, gap width, bits, width) brings them back. */
+
+static int width_of(int bits) { return bits <= 8 ? 1 : bits <= 16 ? 2 : bits <= 32 ? 4 : 8; }
+
+/* narrow(column) -> (code, bytes): the uint64 column packed. */
+static PyObject *native_narrow(PyObject *m, PyObject *args) {
+    PyObject *object;
+    if (!PyArg_ParseTuple(args, "O", &object))
+        return NULL;
+    Py_buffer view;
+    if (uint64_column(object, &view) < 0)
+        return NULL;
+    const uint64_t *values = view.buf;
+    size_t n = (size_t)(view.len / 8);
+    uint64_t differ = 0;
+    for (size_t i = 1; i < n; i++)
+        differ |= values[i] ^ values[0];
+    Packing s = {0, 0, 0, 0};
+    int width = 0;
+    uint64_t base = n ? values[0] : 0;
+    if (differ) {
+        s = packing_of(differ);
+        width = width_of(s.bits);
+        base &= ~unpacked_key(s, low_bits(s.bits)); /* the bits no value differs in */
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * (size_t)width));
+    if (data == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(data);
+    Py_BEGIN_ALLOW_THREADS
+    switch (width) {
+    case 1:
+        for (size_t i = 0; i < n; i++)
+            out[i] = (uint8_t)packed_key(s, values[i]);
+        break;
+    case 2:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t v = (uint16_t)packed_key(s, values[i]);
+            memcpy(out + 2 * i, &v, 2);
+        }
+        break;
+    case 4:
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = (uint32_t)packed_key(s, values[i]);
+            memcpy(out + 4 * i, &v, 4);
+        }
+        break;
+    case 8:
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v = packed_key(s, values[i]);
+            memcpy(out + 8 * i, &v, 8);
+        }
+        break;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Kiiiii)N", (unsigned long long)base, s.low, s.gap, s.gap_width, s.bits, width, data);
+}
+
+/* widen(data, out, code): the values narrow() packed into `data` under `code`, into the uint64 buffer `out`. */
+static PyObject *native_widen(PyObject *m, PyObject *args) {
+    Py_buffer data, view;
+    unsigned long long base;
+    Packing s;
+    int width;
+    PyObject *object;
+    if (!PyArg_ParseTuple(args, "y*O(Kiiiii)", &data, &object, &base, &s.low, &s.gap, &s.gap_width, &s.bits, &width))
+        return NULL;
+    if (writable_uint64(object, &view) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    size_t n = (size_t)(view.len / 8);
+    const char *wrong = NULL;
+    if (width != 0 && width != 1 && width != 2 && width != 4 && width != 8)
+        wrong = "a column's width is 0, 1, 2, 4 or 8 bytes";
+    else if (s.low < 0 || s.gap < 0 || s.gap_width < 0 || s.bits < (width ? 1 : 0) || s.gap >= (width ? s.bits : 1) ||
+             s.low + s.gap_width + s.bits > 64 || (width && width_of(s.bits) != width))
+        wrong = "a column's packing is out of range";
+    else if ((size_t)data.len != n * (size_t)width)
+        wrong = "a column's bytes do not hold its values";
+    if (wrong != NULL) {
+        PyErr_SetString(PyExc_ValueError, wrong);
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const uint8_t *in = data.buf;
+    uint64_t *out = view.buf;
+    const Packing k = s; /* copies in locals: the addresses of s and base were taken, the stores could alias them */
+    const uint64_t first = base;
+    Py_BEGIN_ALLOW_THREADS
+    switch (width) {
+    case 0:
+        for (size_t i = 0; i < n; i++)
+            out[i] = first;
+        break;
+    case 1:
+        for (size_t i = 0; i < n; i++)
+            out[i] = first | unpacked_key(k, in[i]);
+        break;
+    case 2:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t v;
+            memcpy(&v, in + 2 * i, 2);
+            out[i] = first | unpacked_key(k, v);
+        }
+        break;
+    case 4:
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v;
+            memcpy(&v, in + 4 * i, 4);
+            out[i] = first | unpacked_key(k, v);
+        }
+        break;
+    case 8:
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v;
+            memcpy(&v, in + 8 * i, 8);
+            out[i] = first | unpacked_key(k, v);
+        }
+        break;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&view);
     Py_RETURN_NONE;
 }
 
@@ -1711,10 +1858,12 @@ static PyMethodDef module_methods[] = {
     {"crc32c_portable", native_crc32c_portable, METH_VARARGS, "crc32c(data, value=0) without CPU instructions"},
     {"crc32", native_crc32, METH_VARARGS, "crc32(data, value=0): CRC32 as zlib computes it"},
     {"sort_by_location", native_sort_by_location, METH_VARARGS,
-     "sort_by_location(locations, ledgers, entries, positions=None): sorted by location, stably, in place; "
-     "positions filled with the sorted locations' low 32 bits"},
+     "sort_by_location(locations, ledgers, entries, positions=None, coarse=0): sorted by location >> coarse, "
+     "stably, in place; positions filled with the sorted locations' low 32 bits"},
     {"sort_pairs", native_sort_pairs, METH_VARARGS,
      "sort_pairs(keys, values): two uint64 columns sorted by the first, stably, in place"},
+    {"narrow", native_narrow, METH_VARARGS, "narrow(column) -> (code, bytes): a uint64 column packed narrow"},
+    {"widen", native_widen, METH_VARARGS, "widen(data, out, code): a column narrow() packed, into a uint64 buffer"},
     {"owned_count", native_owned_count, METH_VARARGS,
      "owned_count(entry_ids, low, high, index, size, quorum): entries of [low, high) striped onto ensemble index"},
     {"list_index_files", native_list_index_files, METH_VARARGS,

@@ -1,12 +1,16 @@
-"""The index's locations, sorted by where they point, spilled to the scanner's scratch space.
+"""The index's locations, put in order of where they point, spilled to the scanner's scratch space.
 
 The pass reads the index in its own order (ledger by ledger) and the entry logs in theirs (log by log,
 front to back). To check that every location the index holds is a record of that entry without a
-random read per entry, the locations are sorted by (entry log, pos) in runs of bounded size, each
-appended to a file; the walks then gather their logs' slices of every run, the next logs' together
-up to a bounded batch (a log with more locations than that alone, a window of positions at a time),
-so memory holds one run while sorting and one batch while walking, however many ledgers, entries
-and logs the bookie has.
+random read per entry, the locations are put in order of window (entry log, pos // WINDOW_BYTES) in
+runs of bounded size, each appended to a file; the walks then gather their logs' slices of every run,
+the next logs' together up to a bounded batch (a log with more locations than that alone, a window of
+positions at a time), and sort those: memory holds one run while spilling and one batch while walking,
+however many ledgers, entries and logs the bookie has, and each location is sorted once, in the walk's
+batch (within a window, a run keeps its locations in the order they came).
+
+A run's columns are stored narrow where the native code runs: each packed into 1, 2, 4 or 8 bytes a value by the
+bits its values differ in (for locations about 4 bytes, not 8: a few logs' ids and the positions within them).
 
 The file is read with ``pread``, not mapped: a mapped file's pages count in the process's memory, and the
 kernel maps far more than the page a search touches (fault-around, large folios).
@@ -23,33 +27,42 @@ from pathlib import Path
 from typing import Iterator
 
 from scanner.scan.location_sort import log_ids_of, merged_by_location, sorted_by_location
+from scanner.scan.native import native_code
 from scanner.scan.walk_data import ExpectedRecords
 
-RUN_ENTRIES = 1 << 18  # locations sorted in memory at once: 6 MiB of arrays
+RUN_ENTRIES = 1 << 18  # locations put in order in memory at once: 6 MiB of arrays
 BATCH_ENTRIES = 1 << 16  # locations of consecutive logs gathered at once for their walks: 2 MiB of arrays
 WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk, when it alone has more
 FENCE = 512  # one location in this many stays in memory: a search reads the 4 KiB between two of them
 _WIDTH = 8  # bytes of a native uint64
+_AS_THEY_ARE = (0, 0, 0, 0, 64, _WIDTH)  # a column's code when stored as native uint64: no packing
 
 
 class _Run:
-    """One sorted run in the runs file: three native uint64 columns (location, ledger, entry) from ``offset``."""
+    """One run in the runs file, in order of window (location >> ``shift``): three columns (location, ledger, entry),
+    each from its offset in ``starts``, stored as its code says (``_native.narrow``; ``_AS_THEY_ARE``: uint64)."""
 
-    __slots__ = ("_fd", "_offset", "count", "_fences")
+    __slots__ = ("_fd", "_codec", "_starts", "_codes", "_shift", "count", "_fences")
 
-    def __init__(self, fd: int, offset: int, locations: array | memoryview):
+    def __init__(self, fd: int, codec, starts: list[int], codes: list[tuple], shift: int,
+                 locations: array | memoryview):
         self._fd = fd
-        self._offset = offset
+        self._codec = codec  # the native module that packed the columns, or None
+        self._starts = starts
+        self._codes = codes
+        self._shift = shift
         self.count = len(locations)
         self._fences = array("Q", locations[::FENCE])
 
     def span(self, low: int, high: int, start: int = 0) -> tuple[int, int]:
-        """Indexes [i, j) of the locations in [low, high), searching from ``start``."""
-        i = self._first_at_least(low, start)
-        return i, self._first_at_least(high, i)
+        """Indexes [i, j) of the locations in the windows [low, high) touches, searching from ``start``."""
+        shift = self._shift
+        i = self._first_at_least(low >> shift << shift, start)
+        return i, self._first_at_least(-(-high >> shift) << shift, i)
 
     def _first_at_least(self, value: int, start: int) -> int:
-        """The index of the first location >= ``value`` from ``start`` on (``count`` if none)."""
+        """The index of the first location >= ``value``, a window's first, from ``start`` on (``count`` if none): the
+        locations below it are those of the windows before it, all of them first in the run."""
         block = bisect.bisect_left(self._fences, value) - 1  # it lies in the FENCE locations after this fence
         if block < 0:
             return start
@@ -66,8 +79,18 @@ class _Run:
 
     def read_into(self, values: array | memoryview, which: int, i: int, j: int) -> None:
         """Entries [i, j) of column ``which`` read into ``values`` (as long)."""
-        want = (j - i) * _WIDTH
-        if want and os.preadv(self._fd, [values], self._offset + (which * self.count + i) * _WIDTH) != want:
+        code = self._codes[which]
+        width = code[-1]
+        want = (j - i) * width
+        at = self._starts[which] + i * width
+        if code == _AS_THEY_ARE:
+            read = os.preadv(self._fd, [values], at) if want else 0
+        else:
+            data = os.pread(self._fd, want, at) if want else b""
+            read = len(data)
+            if read == want:
+                self._codec.widen(data, values, code)
+        if read != want:
             raise OSError(f"the locations' scratch file ended before entry {j} of a run")
 
 
@@ -75,6 +98,10 @@ class LocationRuns:
     """Collects (ledger, entry, location) triples; then serves them per entry log, sorted by position."""
 
     def __init__(self, scratch: Path | None, run_entries: int = RUN_ENTRIES):
+        if WINDOW_BYTES & (WINDOW_BYTES - 1) or not 0 < WINDOW_BYTES <= 1 << 32:
+            raise ValueError("WINDOW_BYTES is a power of two up to 2^32")
+        self._shift = WINDOW_BYTES.bit_length() - 1  # the runs are in order of location >> this
+        self._codec = native_code()  # packs the runs' columns narrow, when it runs
         self._dir = Path(tempfile.mkdtemp(prefix="locations-", dir=scratch))
         self._file = open(self._dir / "runs", "w+b")  # every run, one after the other
         self._run_entries = run_entries
@@ -111,14 +138,19 @@ class LocationRuns:
         self._locations, self._ledger_ids, self._entry_ids = array("Q"), array("Q"), array("Q")
 
     def _spill(self) -> None:
-        offset = self._file.tell()
+        at = self._file.tell()
         filled = [memoryview(column)[:self._filled] for column in (self._locations, self._ledger_ids, self._entry_ids)]
-        locations, ledger_ids, entry_ids = sorted_by_location(*filled)
+        locations, ledger_ids, entry_ids = sorted_by_location(*filled, coarse=self._shift)
+        starts, codes = [], []
         for column in (locations, ledger_ids, entry_ids):
-            self._file.write(column)
+            code, data = (_AS_THEY_ARE, column) if self._codec is None else self._codec.narrow(column)
+            self._file.write(data)
+            starts.append(at)
+            codes.append(code)
+            at += len(column) * code[-1]
         self._file.flush()
         self._log_ids.update(log_ids_of(locations))
-        self._runs.append(_Run(self._file.fileno(), offset, locations))
+        self._runs.append(_Run(self._file.fileno(), self._codec, starts, codes, self._shift, locations))
         for view in filled:
             view.release()
         self._filled = 0
@@ -178,17 +210,21 @@ class LocationRuns:
         return sum(j - i for i, j in (run.span(low, high) for run in self._runs))
 
     def _gather_windows(self, base: int, start_pos: int) -> Iterator[ExpectedRecords]:
+        """The log's windows of positions one after the other, the first from ``start_pos`` on."""
         spans = [run.span(base + start_pos, base + (1 << 32)) for run in self._runs]
-        low = start_pos
+        low = start_pos >> self._shift << self._shift
         while any(i < j for i, j in spans):
-            high = min(low + WINDOW_BYTES, 1 << 32)
+            high = min(low + (1 << self._shift), 1 << 32)
             cut = [run.span(base + low, base + high, i)[1] for run, (i, _) in zip(self._runs, spans)]
             taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
             spans = [(c, j) for (_, j), c in zip(spans, cut)]
             if taken:
                 _, ledger_ids, entry_ids, positions = _merged(taken)
-                yield ExpectedRecords(positions, ledger_ids, entry_ids,
-                                      high if any(i < j for i, j in spans) else 1 << 64)
+                first = bisect.bisect_left(positions, start_pos) if low < start_pos else 0
+                if first < len(positions):
+                    yield ExpectedRecords(memoryview(positions)[first:], memoryview(ledger_ids)[first:],
+                                          memoryview(entry_ids)[first:],
+                                          high if any(i < j for i, j in spans) else 1 << 64)
             low = high
 
     def close(self) -> None:
@@ -224,8 +260,8 @@ class _Batch:
 
 
 def _merged(taken: list[tuple[_Run, int, int]]) -> tuple[array, array, array, array]:
-    """(locations, ledger ids, entry ids, positions) of the runs' slices ``taken``, merged in location order: read one
-    after the other into three columns, then sorted."""
+    """(locations, ledger ids, entry ids, positions) of the runs' slices ``taken``, in location order: read one after
+    the other into three columns, then sorted (ties in run order)."""
     columns = [array("Q", bytes(_WIDTH)) * sum(j - i for _, i, j in taken) for _ in range(3)]
     views = [memoryview(column) for column in columns]
     at = 0

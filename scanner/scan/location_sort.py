@@ -1,5 +1,5 @@
-"""The index's locations put in location order: a run sorted; sorted runs' slices, read one after the other, merged
-(with their positions).
+"""The index's locations put in location order: a run put in order of windows of positions; runs' slices, read one
+after the other, sorted (with their positions).
 
 In the scan's native code when it runs (:mod:`scanner.scan.native`), else with pyarrow; the same result.
 """
@@ -18,16 +18,19 @@ Column = array | memoryview  # uint64: an array('Q') or a memoryview of one
 Columns = tuple[Column, Column, Column]
 
 
-def sorted_by_location(locations: Column, ledger_ids: Column, entry_ids: Column) -> Columns:
-    """The three uint64 columns ordered by location, stably (the columns given may be sorted in place)."""
+def sorted_by_location(locations: Column, ledger_ids: Column, entry_ids: Column, coarse: int = 0) -> Columns:
+    """The three uint64 columns ordered by location >> ``coarse``, stably (the columns given may be sorted in place):
+    with ``coarse``, by window of 2^coarse positions, the order within one as given."""
     native = native_code()
     if native is not None:
-        native.sort_by_location(locations, ledger_ids, entry_ids)
+        native.sort_by_location(locations, ledger_ids, entry_ids, None, coarse)
         return locations, ledger_ids, entry_ids
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     columns = [arrow_view(c) for c in (locations, ledger_ids, entry_ids)]
-    order = pc.sort_indices(columns[0])  # stable
+    keys = pc.shift_right(columns[0], pa.scalar(coarse, pa.uint64())) if coarse else columns[0]
+    order = pc.sort_indices(keys)  # stable
     return tuple(uint64_array(pc.take(column, order)) for column in columns)
 
 
@@ -48,7 +51,7 @@ def merged_by_location(locations: array, ledger_ids: array, entry_ids: array) ->
 
 
 def log_ids_of(sorted_locations: Sequence[int]) -> set[int]:
-    """The entry log ids sorted locations point into (one search per log)."""
+    """The entry log ids locations in log order point into (one search per log)."""
     found, i = set(), 0
     while i < len(sorted_locations):
         log_id = sorted_locations[i] >> 32
