@@ -57,6 +57,13 @@ class SnapshotStore(MetadataStore):
     def children(self, path: str) -> list[str]:
         return self._table.children(path)
 
+    def ledger_data(self, ledger_ids: list[int]) -> list[bytes | None]:
+        """The znode bytes of each of ``ledger_ids`` as :meth:`ledger_nodes` reads them, with no znode object: None
+        where there is no znode, or one without data (a pass's index step decodes these lean, a batch at a time)."""
+        paths = self.ledger_paths(ledger_ids)
+        found = iter(self._table.data_of([path for path in paths if path is not None]))
+        return [None if path is None else next(found) for path in paths]
+
     def close(self) -> None:
         self._table.close()
 

@@ -9,6 +9,9 @@
  * an index not held in a 64-bit unsigned array) gives None: the caller then decodes that ledger with the Python
  * reference (scanner.metadata.ledger), which words the error. Every length read from the bytes is checked
  * against what is left before use.
+ *
+ * Also here, the per-znode work of the dump store's scratch file (scanner/metadata/znode_table.py), which feeds
+ * the same batches: its records found by path hash and parsed, every length checked against what was read.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -341,10 +344,158 @@ static PyObject *lean_batch(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* ---- The dump store's scratch file (scanner/metadata/znode_table.py): lookups by path hash, records parsed. ---- */
+
+/* A read-only buffer of uint64 values ("Q"); -1 with an exception otherwise. */
+static int uint64_view(PyObject *object, Py_buffer *view) {
+    if (PyObject_GetBuffer(object, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->itemsize != 8 || view->format == NULL || strcmp(view->format, "Q") != 0) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "expected an array('Q')");
+        return -1;
+    }
+    return 0;
+}
+
+/* find_records(keys, numbers, wanted) -> list: per wanted key the record numbers whose key equals it (keys ascending,
+ * numbers alongside), as one int, a tuple of several, or None for none. */
+static PyObject *find_records(PyObject *self, PyObject *args) {
+    PyObject *objects[3];
+    if (!PyArg_ParseTuple(args, "OOO", &objects[0], &objects[1], &objects[2]))
+        return NULL;
+    Py_buffer views[3];
+    int held = 0;
+    PyObject *result = NULL;
+    for (; held < 3; held++)
+        if (uint64_view(objects[held], &views[held]) < 0)
+            goto done;
+    if (views[0].len != views[1].len) {
+        PyErr_SetString(PyExc_ValueError, "keys and numbers must be of one length");
+        goto done;
+    }
+    const uint64_t *keys = views[0].buf, *numbers = views[1].buf, *wanted = views[2].buf;
+    Py_ssize_t n = views[0].len / 8, count = views[2].len / 8;
+    result = PyList_New(count);
+    if (result == NULL)
+        goto done;
+    for (Py_ssize_t w = 0; w < count; w++) {
+        Py_ssize_t low = 0, high = n;
+        while (low < high) {
+            Py_ssize_t middle = low + (high - low) / 2;
+            if (keys[middle] < wanted[w])
+                low = middle + 1;
+            else
+                high = middle;
+        }
+        Py_ssize_t end = low;
+        while (end < n && keys[end] == wanted[w])
+            end++;
+        PyObject *found;
+        if (end == low) {
+            found = Py_NewRef(Py_None);
+        } else if (end == low + 1) {
+            found = PyLong_FromUnsignedLongLong(numbers[low]);
+        } else {
+            found = PyTuple_New(end - low);
+            for (Py_ssize_t i = low; found != NULL && i < end; i++) {
+                PyObject *number = PyLong_FromUnsignedLongLong(numbers[i]);
+                if (number == NULL)
+                    Py_CLEAR(found);
+                else
+                    PyTuple_SET_ITEM(found, i - low, number);
+            }
+        }
+        if (found == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, w, found);
+    }
+done:
+    while (held > 0)
+        PyBuffer_Release(&views[--held]);
+    return result;
+}
+
+#define RECORD_HEADER 34 /* little-endian: uint32 path length, int32 data length (-1: none), uint8 ephemeral,
+                            int64 mzxid, int64 version, uint8 ctime known, int64 ctime */
+
+static uint64_t little_endian(const uint8_t *at, int width) {
+    uint64_t value = 0;
+    for (int i = width - 1; i >= 0; i--)
+        value = (value << 8) | at[i];
+    return value;
+}
+
+/* One record at span[at:] as (path, data or None, ephemeral, mzxid, version, ctime or None), or its path alone;
+ * NULL with ValueError when it does not fit in the span. */
+static PyObject *parse_record(const uint8_t *span, Py_ssize_t size, Py_ssize_t at, int path_only) {
+    if (at < 0 || at > size || size - at < RECORD_HEADER) {
+        PyErr_SetString(PyExc_ValueError, "a znode record runs past what was read");
+        return NULL;
+    }
+    const uint8_t *header = span + at;
+    uint64_t path_length = little_endian(header, 4);
+    int64_t data_length = (int32_t)(uint32_t)little_endian(header + 4, 4);
+    Py_ssize_t left = size - at - RECORD_HEADER;
+    if (path_length > (uint64_t)left || data_length < -1 || (data_length > 0 && (uint64_t)data_length > (uint64_t)left - path_length)) {
+        PyErr_SetString(PyExc_ValueError, "a znode record runs past what was read");
+        return NULL;
+    }
+    const uint8_t *path = header + RECORD_HEADER;
+    PyObject *path_text = PyUnicode_DecodeUTF8((const char *)path, (Py_ssize_t)path_length, "surrogatepass");
+    if (path_text == NULL || path_only)
+        return path_text;
+    PyObject *data = data_length < 0 ? Py_NewRef(Py_None)
+                                     : PyBytes_FromStringAndSize((const char *)path + path_length, data_length);
+    if (data == NULL) {
+        Py_DECREF(path_text);
+        return NULL;
+    }
+    PyObject *ctime = header[25] ? PyLong_FromLongLong((int64_t)little_endian(header + 26, 8)) : Py_NewRef(Py_None);
+    if (ctime == NULL) {
+        Py_DECREF(path_text);
+        Py_DECREF(data);
+        return NULL;
+    }
+    return Py_BuildValue("(NNOLLN)", path_text, data, header[8] ? Py_True : Py_False,
+                         (long long)(int64_t)little_endian(header + 9, 8), (long long)(int64_t)little_endian(header + 17, 8),
+                         ctime);
+}
+
+/* parse_records(span, offsets, paths_only) -> list of (path, data or None, ephemeral, mzxid, version, ctime or
+ * None), or of paths, one per offset into span; ValueError for a record that does not fit. */
+static PyObject *parse_records(PyObject *self, PyObject *args) {
+    Py_buffer span;
+    PyObject *offsets;
+    int paths_only;
+    if (!PyArg_ParseTuple(args, "y*O!p", &span, &PyList_Type, &offsets, &paths_only))
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(offsets);
+    PyObject *result = PyList_New(count);
+    for (Py_ssize_t i = 0; result != NULL && i < count; i++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i));
+        PyObject *record = at == -1 && PyErr_Occurred() ? NULL : parse_record(span.buf, span.len, at, paths_only);
+        if (record == NULL)
+            Py_CLEAR(result);
+        else
+            PyList_SET_ITEM(result, i, record);
+    }
+    PyBuffer_Release(&span);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"lean_batch", lean_batch, METH_VARARGS,
      "lean_batch(ledger_ids, znode_data, bookie_id: bytes, entry_ids) -> list of (digest type number or 0, password "
      "or None, whether the index holds every entry owed) or None where the Python reference must decode"},
+    {"find_records", find_records, METH_VARARGS,
+     "find_records(keys, numbers, wanted) -> per wanted key: the record number with that key (keys ascending, "
+     "numbers alongside), a tuple of several, or None"},
+    {"parse_records", parse_records, METH_VARARGS,
+     "parse_records(span, offsets, paths_only) -> [(path, data or None, ephemeral, mzxid, version, ctime or None)] "
+     "or [path]: the dump store's scratch records at each offset of span"},
     {NULL, NULL, 0, NULL},
 };
 
