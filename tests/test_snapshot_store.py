@@ -54,7 +54,7 @@ def test_damage_after_whole_lines_is_refused_where_the_item_by_item_reader_refus
         reader = json_list._ListReader(io.StringIO(text))
         reader._by_lines = False
         with pytest.raises(NotJson) as one_at_a_time:
-            list(reader.items())
+            list(reader.batches())
         assert str(by_lines.value) == str(one_at_a_time.value)
 
 
@@ -245,3 +245,45 @@ def test_the_scratch_table_answers_as_the_dump_says_natively_and_in_python(tmp_p
         ids = list(range(45)) + [-1, 2**63]
         assert store.ledger_data(ids) == [None if node is None else node.data for _, node in store.ledger_nodes(ids)]
         assert store.ledger_data([7]) == [b"again"] and list(store.ledger_ids()) == list(range(40))
+
+
+# Items of the common form, and items next to it that the native packer leaves to the Python reference: each read
+# (or refused, with the same words) the same with either.
+ODD_ITEMS = [
+    {"path": "/ledgers/a", "data_b64": "QUJD", "ephemeral": False, "mzxid": 1, "version": 0, "ctime": 5},
+    {"path": "/ledgers/b", "data_b64": None, "ephemeral": True, "mzxid": -(2**63), "version": 2**63 - 1, "ctime": None},
+    {"path": "/ledgers/c", "data_b64": "QQ==", "extra": [1, 2]},
+    {"path": "/ledgers/d", "data_b64": "QR==", "ephemeral": 1, "mzxid": None},
+    {"path": "/ledgers/é", "data_b64": "QUI=", "ephemeral": "", "version": 3},
+    {"path": "/ledgers/f", "data_b64": "", "ctime": 0},
+    {"path": "/ledgers/g", "data_b64": "QUJD=", "mzxid": 7},
+    {"path": "/ledgers/h", "data_b64": "QQ", "mzxid": 7},
+    {"path": "/ledgers/i", "data_b64": "QU JD"},
+    {"path": "/ledgers/j", "data_b64": "QUJDé"},
+    {"path": "/ledgers/k", "mzxid": True},
+    {"path": "/ledgers/l", "version": 2**63},
+    {"path": "/ledgers/m", "ctime": 1.5},
+    {"path": "ledgers/n"},
+    {"path": None},
+    {"data_b64": "QUJD"},
+    ["not", "an", "object"],
+]
+
+
+@pytest.mark.parametrize("odd", range(2, len(ODD_ITEMS)))
+def test_native_packing_reads_and_refuses_each_item_as_the_python_reference(tmp_path, monkeypatch, odd):
+    dump = tmp_path / "dump.json"
+    items = [{"path": "/ledgers", "data_b64": None}, {"path": "/ledgers/LAYOUT",
+             "data_b64": base64.b64encode(layout_bytes(LedgerManager.HIERARCHICAL)).decode()},
+             *ODD_ITEMS[:2], ODD_ITEMS[odd], *ODD_ITEMS[:2]]
+    dump.write_text(a_line_each(items))
+    outcomes = []
+    for walker in ("native", "python"):
+        monkeypatch.setenv("BOOKIE_SCANNER_WALKER", walker)
+        try:
+            with SnapshotStore(dump) as store:
+                paths = [item["path"] for item in items if isinstance(item, dict) and isinstance(item.get("path"), str)]
+                outcomes.append((store.nodes(paths), store.children("/ledgers")))
+        except DumpFormatError as error:
+            outcomes.append(str(error))
+    assert outcomes[0] == outcomes[1]

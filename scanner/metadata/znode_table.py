@@ -27,10 +27,28 @@ _SPAN_LIMIT = 1 << 22  # bytes read at once at most (a record longer than this i
 _WRITE_BUFFER = 1 << 20
 
 
-class ZNodeTable:
-    """Znodes by path, written once from ``nodes`` (a path given twice: the last wins); ``close`` frees the file."""
+# Records of several znodes laid end to end, each one's path and each one's length in bytes (the run's records).
+RecordRun = tuple[bytes, list[str], array]
 
-    def __init__(self, nodes: Iterable[ZNode]):
+
+def pack_records(nodes: Iterable[ZNode]) -> RecordRun:
+    """``nodes`` as a run of records (the Python form of the native ``pack_znodes``)."""
+    records, paths, lengths = [], [], array("I")
+    for node in nodes:
+        path = node.path.encode("utf-8", "surrogatepass")
+        data = node.data
+        records += (_HEADER.pack(len(path), _NO_DATA if data is None else len(data), node.ephemeral, node.mzxid,
+                                 node.version, node.ctime is not None, node.ctime or 0), path, data or b"")
+        paths.append(node.path)
+        lengths.append(_HEADER.size + len(path) + len(data or b""))
+    return b"".join(records), paths, lengths
+
+
+class ZNodeTable:
+    """Znodes by path, written once from runs of records (a path given twice: the last wins); ``close`` frees the
+    file."""
+
+    def __init__(self, runs: Iterable[RecordRun]):
         self._file = tempfile.TemporaryFile(prefix="bookie-scanner-znodes-", buffering=0)
         self._fd: int | None = self._file.fileno()
         self._starts = array("Q")  # per record (by number): where it starts; one more: where the file ends
@@ -38,22 +56,22 @@ class ZNodeTable:
         self._children: dict[str, array] = {}  # parent path -> its children's record numbers
         try:
             position, pending, written = 0, [], 0
-            for node in nodes:
-                path = node.path.encode("utf-8", "surrogatepass")
-                data = node.data
-                header = _HEADER.pack(len(path), _NO_DATA if data is None else len(data), node.ephemeral, node.mzxid,
-                                      node.version, node.ctime is not None, node.ctime or 0)
-                pending += (header, path, data or b"")
+            for records, paths, lengths in runs:
+                pending.append(records)
+                number, run_start = len(self._starts), position
+                for path, length in zip(paths, lengths):
+                    self._starts.append(position)
+                    position += length
+                    keys.append(_key(path))
+                    parent, _, name = path.rpartition("/")
+                    if name:
+                        self._children.setdefault(parent, array("I")).append(number)
+                    number += 1
+                if position - run_start != len(records):
+                    raise ValueError(f"a run of {len(records)} bytes of records said its records took {position - run_start}")
                 if position - written >= _WRITE_BUFFER:
                     self._file.write(b"".join(pending))
                     pending, written = [], position
-                number = len(self._starts)
-                self._starts.append(position)
-                position += len(header) + len(path) + (0 if data is None else len(data))
-                keys.append(_key(node.path))
-                parent, _, name = node.path.rpartition("/")
-                if name:
-                    self._children.setdefault(parent, array("I")).append(number)
             self._starts.append(position)
             self._file.write(b"".join(pending))
             self._keys, self._numbers = _sorted_by_key(keys)
@@ -78,7 +96,7 @@ class ZNodeTable:
     def _records_of(self, paths: list[str]) -> list[tuple]:
         """The record fields of those of ``paths`` there are (others with the same hashes too)."""
         absolute = [path for path in paths if path.startswith("/")]
-        native = _native()
+        native = native_helpers()
         if native is None:
             return self._read({number for path in absolute for number in self._numbers_of(path)})
         candidates = set()
@@ -127,7 +145,7 @@ class ZNodeTable:
                 j += 1
             span = os.pread(fd, starts[numbers[j - 1] + 1] - first, first)
             offsets = [starts[number] - first for number in numbers[i:j]]
-            native = _native()
+            native = native_helpers()
             if native is None:
                 found.extend(_record(span, at, paths_only) for at in offsets)
             else:
@@ -156,8 +174,9 @@ class ZNodeTable:
                 self._children[parent] = array("I", (number for number in children if number not in replaced))
 
 
-def _native():
-    """The native helpers (``scanner.scan._lean_meta``) when the scan's native code runs, else None."""
+def native_helpers():
+    """The native helpers (``scanner.scan._lean_meta``: packing, finding, parsing records) when the scan's native
+    code runs, else None (the Python forms here and in :mod:`scanner.metadata.snapshot` are the reference)."""
     from scanner.scan.lean_metadata import _lean_meta
     from scanner.scan.native import native_code
 
