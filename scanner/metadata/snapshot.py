@@ -31,9 +31,9 @@ class DumpFormatError(ValueError):
 class SnapshotStore(MetadataStore):
     """Ledger metadata read from a dump file.
 
-    The dump is decoded once, item by item, into a table of the store's own (see ZNodeTable: a
-    file in the temp dir, about two thirds of the dump's size), so memory does not grow with the
-    number of znodes and the dump file may change or go afterwards.
+    The dump is decoded once, a read at a time, into a table of the store's own (see ZNodeTable: a scratch file
+    with no name, about two thirds of the dump's size, and 28 bytes of memory per znode), so memory grows little with
+    the number of znodes and the dump file may change or go afterwards.
     ``root`` defaults to the parent of the shallowest ``LAYOUT`` znode in the dump (else
     /ledgers); ``manager`` defaults to what that ``LAYOUT`` says.
     """
