@@ -14,6 +14,7 @@ import bisect
 import os
 import struct
 import tempfile
+import threading
 from array import array
 from collections.abc import Iterable
 
@@ -51,6 +52,7 @@ class ZNodeTable:
     def __init__(self, runs: Iterable[RecordRun]):
         self._file = tempfile.TemporaryFile(prefix="bookie-scanner-znodes-", buffering=0)
         self._fd: int | None = self._file.fileno()
+        self._lock = threading.Lock()  # a read and ``close`` do not meet (a closed fd's number may be reused at once)
         self._starts = array("Q")  # per record (by number): where it starts; one more: where the file ends
         keys = array("Q")  # per record: its path's hash
         self._children: dict[str, array] = {}  # parent path -> its children's record numbers
@@ -116,8 +118,9 @@ class ZNodeTable:
         return sorted({path.rpartition("/")[2] for path in self._read(numbers, paths_only=True)})
 
     def close(self) -> None:
-        self._fd = None
-        self._file.close()
+        with self._lock:
+            self._fd = None
+            self._file.close()
 
     def _numbers_of(self, path: str) -> list[int]:
         key = _key(path)
@@ -130,9 +133,6 @@ class ZNodeTable:
     def _read(self, numbers, paths_only: bool = False) -> list:
         """The fields of records ``numbers`` (a ZNode's, in order), or their paths alone, read a span of neighbouring
         records at a time."""
-        fd = self._fd
-        if fd is None:
-            return []
         found = []
         numbers = sorted(numbers)
         starts = self._starts
@@ -143,7 +143,10 @@ class ZNodeTable:
             while (j < len(numbers) and starts[numbers[j]] - starts[numbers[j - 1] + 1] <= _SPAN_GAP
                    and starts[numbers[j] + 1] - first <= _SPAN_LIMIT):
                 j += 1
-            span = os.pread(fd, starts[numbers[j - 1] + 1] - first, first)
+            with self._lock:
+                if self._fd is None:
+                    return []
+                span = os.pread(self._fd, starts[numbers[j - 1] + 1] - first, first)
             offsets = [starts[number] - first for number in numbers[i:j]]
             native = native_helpers()
             if native is None:
