@@ -54,7 +54,7 @@ def test_damage_after_whole_lines_is_refused_where_the_item_by_item_reader_refus
         reader = json_list._ListReader(io.StringIO(text))
         reader._by_lines = False
         with pytest.raises(NotJson) as one_at_a_time:
-            list(reader.items())
+            list(reader.batches())
         assert str(by_lines.value) == str(one_at_a_time.value)
 
 
@@ -153,7 +153,7 @@ def test_the_store_holds_no_znode_in_python_memory(tmp_path):
         assert store.ledger(29999).segments == store.ledger(0).segments
 
 
-def test_the_store_answers_after_its_dump_is_gone_and_close_removes_its_file(tmp_path, monkeypatch):
+def test_the_store_answers_after_its_dump_is_gone_and_leaves_no_file_behind(tmp_path, monkeypatch):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
@@ -163,7 +163,7 @@ def test_the_store_answers_after_its_dump_is_gone_and_close_removes_its_file(tmp
     expected = store.ledger(46)
     dump.unlink()
     assert store.ledger(46) == expected and len(list(store.ledger_ids())) == 49
-    assert len(os.listdir(scratch)) == 1
+    assert os.listdir(scratch) == []  # its scratch file has no name: nothing is left whatever ends the process
     store.close()
     assert os.listdir(scratch) == []
     assert store.node("/ledgers") is None and store.children("/ledgers") == []
@@ -189,7 +189,7 @@ def test_threads_read_at_once(tmp_path):
         assert results == [True] * 4
 
 
-def test_a_forked_process_reads_the_store_and_its_exit_leaves_the_parents_file(tmp_path, monkeypatch):
+def test_a_forked_process_reads_the_store_and_its_exit_leaves_the_parent_reading(tmp_path, monkeypatch):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
@@ -209,5 +209,81 @@ def test_a_forked_process_reads_the_store_and_its_exit_leaves_the_parents_file(t
         os.close(read_end)
         os.waitpid(pid, 0)
         assert answer == b"1"
-        assert len(os.listdir(scratch)) == 1 and store.ledger(46) == expected
+        assert store.ledger(46) == expected and len(list(store.ledger_ids())) == 49
     assert os.listdir(scratch) == []
+
+
+@pytest.mark.parametrize("walker", ["native", "python"])
+@pytest.mark.parametrize("hashing", ["hash", "colliding"])
+def test_the_scratch_table_answers_as_the_dump_says_natively_and_in_python(tmp_path, monkeypatch, walker, hashing):
+    """Every node, batch, child list and ledger's bytes as the dump gives them (a path given twice: the last), with
+    the native lookups and record parser and with the Python reference; also when every hash collides."""
+    from scanner.metadata import znode_table
+
+    monkeypatch.setenv("BOOKIE_SCANNER_WALKER", walker)
+    if hashing == "colliding":
+        monkeypatch.setattr(znode_table, "_key", lambda path: len(path) % 3)
+    nodes = [ZNode("/", b"root", False, 1, 0, None), ZNode("/ledgers", None, False, 2, 0, 5),
+             ZNode("/ledgers/LAYOUT", layout_bytes(LedgerManager.HIERARCHICAL), False, 3, 0, 1700000000000),
+             ZNode("/ledgers/00", b"", True, 4, -1, -(2**63)), ZNode("/ledgers/00/0000", b"", False, 5, 2**63 - 1, 0)]
+    for ledger_id in range(40):
+        nodes.append(ZNode(ledger_path(LedgerManager.HIERARCHICAL, "/ledgers", ledger_id), bytes([ledger_id]) * ledger_id,
+                           ledger_id % 2 == 0, 10 + ledger_id, ledger_id, None if ledger_id % 3 else ledger_id))
+    nodes += [ZNode("/ledgers/00/0000/L0007", b"again", False, 99, 5, None), ZNode("/ledgers/\udcff\u00e9", None, False, 7, 0, None)]
+    dump = tmp_path / "dump.json"
+    with open(dump, "w") as out:
+        write_dump_nodes(nodes, out)
+    expected = {node.path: node for node in nodes}  # the last of a path wins
+    with SnapshotStore(dump) as store:
+        paths = list(expected) + ["/ledgers/00/0000/L0099", "/nothing", "relative", "/ledgers/"]
+        assert store.nodes(paths) == [expected.get(path) for path in paths]
+        assert [store.node(path) for path in paths] == [expected.get(path) for path in paths]
+        assert store.children("/") == ["ledgers"]
+        assert store.children("/ledgers") == sorted(["LAYOUT", "00", "\udcff\u00e9"])
+        assert store.children("/ledgers/00/0000") == [f"L{i:04d}" for i in range(40)]
+        assert store.children("/ledgers/00/0000/L0001") == [] and store.children("relative") == []
+        ids = list(range(45)) + [-1, 2**63]
+        assert store.ledger_data(ids) == [None if node is None else node.data for _, node in store.ledger_nodes(ids)]
+        assert store.ledger_data([7]) == [b"again"] and list(store.ledger_ids()) == list(range(40))
+
+
+# Items of the common form, and items next to it that the native packer leaves to the Python reference: each read
+# (or refused, with the same words) the same with either.
+ODD_ITEMS = [
+    {"path": "/ledgers/a", "data_b64": "QUJD", "ephemeral": False, "mzxid": 1, "version": 0, "ctime": 5},
+    {"path": "/ledgers/b", "data_b64": None, "ephemeral": True, "mzxid": -(2**63), "version": 2**63 - 1, "ctime": None},
+    {"path": "/ledgers/c", "data_b64": "QQ==", "extra": [1, 2]},
+    {"path": "/ledgers/d", "data_b64": "QR==", "ephemeral": 1, "mzxid": None},
+    {"path": "/ledgers/é", "data_b64": "QUI=", "ephemeral": "", "version": 3},
+    {"path": "/ledgers/f", "data_b64": "", "ctime": 0},
+    {"path": "/ledgers/g", "data_b64": "QUJD=", "mzxid": 7},
+    {"path": "/ledgers/h", "data_b64": "QQ", "mzxid": 7},
+    {"path": "/ledgers/i", "data_b64": "QU JD"},
+    {"path": "/ledgers/j", "data_b64": "QUJDé"},
+    {"path": "/ledgers/k", "mzxid": True},
+    {"path": "/ledgers/l", "version": 2**63},
+    {"path": "/ledgers/m", "ctime": 1.5},
+    {"path": "ledgers/n"},
+    {"path": None},
+    {"data_b64": "QUJD"},
+    ["not", "an", "object"],
+]
+
+
+@pytest.mark.parametrize("odd", range(2, len(ODD_ITEMS)))
+def test_native_packing_reads_and_refuses_each_item_as_the_python_reference(tmp_path, monkeypatch, odd):
+    dump = tmp_path / "dump.json"
+    items = [{"path": "/ledgers", "data_b64": None}, {"path": "/ledgers/LAYOUT",
+             "data_b64": base64.b64encode(layout_bytes(LedgerManager.HIERARCHICAL)).decode()},
+             *ODD_ITEMS[:2], ODD_ITEMS[odd], *ODD_ITEMS[:2]]
+    dump.write_text(a_line_each(items))
+    outcomes = []
+    for walker in ("native", "python"):
+        monkeypatch.setenv("BOOKIE_SCANNER_WALKER", walker)
+        try:
+            with SnapshotStore(dump) as store:
+                paths = [item["path"] for item in items if isinstance(item, dict) and isinstance(item.get("path"), str)]
+                outcomes.append((store.nodes(paths), store.children("/ledgers")))
+        except DumpFormatError as error:
+            outcomes.append(str(error))
+    assert outcomes[0] == outcomes[1]

@@ -34,7 +34,12 @@ def json_list_items(stream: TextIO) -> Iterator[object]:
 
     Errors surface when the reader reaches them: items before a syntax error are yielded first.
     """
-    return _ListReader(stream).items()
+    return (item for items in json_list_batches(stream) for item in items)
+
+
+def json_list_batches(stream: TextIO) -> Iterator[list]:
+    """The items of :func:`json_list_items` in lists of one or more (as many as one read decodes at once)."""
+    return _ListReader(stream).batches()
 
 
 class _ListReader:
@@ -46,7 +51,7 @@ class _ListReader:
         self._eof = False
         self._by_lines = True  # whole lines decoded at once while they are whole items
 
-    def items(self) -> Iterator[object]:
+    def batches(self) -> Iterator[list]:
         if self._peek() != "[":
             raise NotAList(type(self._value()).__name__)
         self._pos += 1
@@ -54,8 +59,9 @@ class _ListReader:
             self._pos += 1
         else:
             while True:
-                yield from self._whole_lines()
-                yield self._value()
+                if lines := self._whole_lines():
+                    yield lines
+                yield [self._value()]
                 delimiter = self._peek()
                 if delimiter not in (",", "]"):
                     raise self._error("expecting ',' or ']' after a list item")

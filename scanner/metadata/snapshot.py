@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import base64
 import json
+from array import array
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from scanner.metadata.json_list import NotAList, NotJson, json_list_items
+from scanner.metadata.json_list import NotAList, NotJson, json_list_batches
 from scanner.metadata.ledger_paths import LAYOUT_NODE, LedgerManager
 from scanner.metadata.store import MetadataStore, ZNode, check_root, resolve_manager
-from scanner.metadata.znode_table import ZNodeTable
+from scanner.metadata.znode_table import RecordRun, ZNodeTable, native_helpers, pack_records
 
 DEFAULT_ROOT = "/ledgers"
 _UNDERREPLICATION = "underreplication"
@@ -30,9 +31,9 @@ class DumpFormatError(ValueError):
 class SnapshotStore(MetadataStore):
     """Ledger metadata read from a dump file.
 
-    The dump is decoded once, item by item, into a table of the store's own (see ZNodeTable: a
-    file in the temp dir, about two thirds of the dump's size), so memory does not grow with the
-    number of znodes and the dump file may change or go afterwards.
+    The dump is decoded once, a read at a time, into a table of the store's own (see ZNodeTable: a scratch file
+    with no name, about two thirds of the dump's size, and 28 bytes of memory per znode), so memory grows little with
+    the number of znodes and the dump file may change or go afterwards.
     ``root`` defaults to the parent of the shallowest ``LAYOUT`` znode in the dump (else
     /ledgers); ``manager`` defaults to what that ``LAYOUT`` says.
     """
@@ -57,15 +58,22 @@ class SnapshotStore(MetadataStore):
     def children(self, path: str) -> list[str]:
         return self._table.children(path)
 
+    def ledger_data(self, ledger_ids: list[int]) -> list[bytes | None]:
+        """The znode bytes of each of ``ledger_ids`` as :meth:`ledger_nodes` reads them, with no znode object: None
+        where there is no znode, or one without data (a pass's index step decodes these lean, a batch at a time)."""
+        paths = self.ledger_paths(ledger_ids)
+        found = iter(self._table.data_of([path for path in paths if path is not None]))
+        return [None if path is None else next(found) for path in paths]
+
     def close(self) -> None:
         self._table.close()
 
 
-def _noting_layouts(nodes: Iterator[ZNode], layouts: list[str]) -> Iterator[ZNode]:
-    for node in nodes:
-        if node.path.endswith("/" + LAYOUT_NODE):
-            layouts.append(node.path)
-        yield node
+def _noting_layouts(runs: Iterator[RecordRun], layouts: list[str]) -> Iterator[RecordRun]:
+    suffix = "/" + LAYOUT_NODE
+    for run in runs:
+        layouts.extend(path for path in run[1] if path.endswith(suffix))
+        yield run
 
 
 def _guess_root(layout_paths: list[str]) -> str:
@@ -78,12 +86,28 @@ def _guess_root(layout_paths: list[str]) -> str:
     return min(roots, key=lambda r: (r.count("/"), r)) if roots else DEFAULT_ROOT
 
 
-def _read_dump(path: Path) -> Iterator[ZNode]:
+def _read_dump(path: Path) -> Iterator[RecordRun]:
+    """The dump's znodes as runs of the table's records: those of the common form packed natively where the scan's
+    native code runs, each other item checked (and its error worded) by :func:`_znode`, the Python reference."""
+    native = native_helpers()
+    pack = None if native is None else native.pack_znodes
     try:
         with path.open(encoding="utf-8-sig") as f:
-            dump = str(path)
-            for i, entry in enumerate(json_list_items(f)):
-                yield _znode(entry, dump, i)
+            dump, i = str(path), 0
+            for items in json_list_batches(f):
+                done = 0
+                while done < len(items):
+                    if pack is not None:
+                        records, paths, raw_lengths, taken = pack(items, done)
+                        if taken:
+                            lengths = array("I")
+                            lengths.frombytes(raw_lengths)
+                            yield records, paths, lengths
+                            done += taken
+                            continue
+                    yield pack_records([_znode(items[done], dump, i + done)])
+                    done += 1
+                i += len(items)
     except OSError as exc:
         raise DumpFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (NotJson, UnicodeDecodeError) as exc:

@@ -105,14 +105,19 @@ class MetadataStore(abc.ABC):
     def ledger_nodes(self, ledger_ids: list[int]) -> list[tuple[str | None, ZNode | None]]:
         """(znode path, znode) of each of ``ledger_ids``, read in one batch, not decoded; the path is None for an id
         this manager cannot store, the znode None where there is no such ledger."""
+        paths = self.ledger_paths(ledger_ids)
+        found = iter(self.nodes([p for p in paths if p is not None]))
+        return [(path, None if path is None else next(found)) for path in paths]
+
+    def ledger_paths(self, ledger_ids: list[int]) -> list[str | None]:
+        """The znode path of each of ``ledger_ids``; None for an id this manager cannot store (it cannot exist)."""
         paths = []
         for ledger_id in ledger_ids:
             try:
                 paths.append(ledger_path(self.manager, self.root, ledger_id))
             except ValueError:
-                paths.append(None)  # an id this manager cannot store cannot exist
-        found = iter(self.nodes([p for p in paths if p is not None]))
-        return [(path, None if path is None else next(found)) for path in paths]
+                paths.append(None)
+        return paths
 
     @staticmethod
     def ledger_read(ledger_id: int, path: str | None, node: ZNode | None) -> LedgerRead:

@@ -1,125 +1,218 @@
-"""Znodes kept in an SQLite file of their own, so that a million of them cost the process little memory.
+"""Znodes kept in a scratch file of their own, so that a million of them cost the process little memory.
 
-The file lives in a private temporary directory, is filled once and then only read: what is hot
-stays in the page cache, not in the process. Nodes are keyed by (parent path, name), so reading
-one node and listing a node's children are both one index lookup. Several threads may read at
-once; a process forked after the fill reads through a read-only connection of its own.
+Each znode is one record appended to an unnamed temporary file (gone with the process, whatever ends it), filled
+once and then only read with ``pread``: what is hot stays in the page cache, not in the process. The process holds
+per znode only where its record starts (8 bytes), its path's hash and number in a column sorted by hash (16
+bytes), and its number among its parent's children (4 bytes): reading one node is a bisection and one read, a
+batch of nodes a few reads of the records side by side (a dump lists a parent's children together), listing a
+node's children the read of theirs. Several threads may read at once, and so may a process forked after the fill.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
-import shutil
-import sqlite3
+import struct
 import tempfile
 import threading
-import weakref
+from array import array
 from collections.abc import Iterable
 
 from scanner.metadata.store import ZNode
 
-_SCHEMA = """
-CREATE TABLE znode (
-    parent TEXT NOT NULL, name TEXT NOT NULL, data BLOB, ephemeral INTEGER NOT NULL,
-    mzxid INTEGER NOT NULL, version INTEGER NOT NULL, ctime INTEGER,
-    PRIMARY KEY (parent, name)
-) WITHOUT ROWID
-"""
-_INSERT = "INSERT OR REPLACE INTO znode VALUES (?, ?, ?, ?, ?, ?, ?)"  # a path given twice: the last wins
-_SELECT_NODE = "SELECT data, ephemeral, mzxid, version, ctime FROM znode WHERE parent = ? AND name = ?"
-_SELECT_NAMED = "SELECT name, data, ephemeral, mzxid, version, ctime FROM znode WHERE parent = ? AND name IN ({})"
-_NAMES_PER_QUERY = 500  # well below SQLite's limit on bound parameters
-_SELECT_CHILDREN = "SELECT name FROM znode WHERE parent = ? AND name != ''"
+# path length, data length (-1: no data), ephemeral, mzxid, version, whether ctime is known, ctime
+_HEADER = struct.Struct("<IiBqqBq")
+_NO_DATA = -1
+_SPAN_GAP = 1 << 16  # records this close are read in one go with those before them
+_SPAN_LIMIT = 1 << 22  # bytes read at once at most (a record longer than this is read alone)
+_WRITE_BUFFER = 1 << 20
+
+
+# Records of several znodes laid end to end, each one's path and each one's length in bytes (the run's records).
+RecordRun = tuple[bytes, list[str], array]
+
+
+def pack_records(nodes: Iterable[ZNode]) -> RecordRun:
+    """``nodes`` as a run of records (the Python form of the native ``pack_znodes``)."""
+    records, paths, lengths = [], [], array("I")
+    for node in nodes:
+        path = node.path.encode("utf-8", "surrogatepass")
+        data = node.data
+        records += (_HEADER.pack(len(path), _NO_DATA if data is None else len(data), node.ephemeral, node.mzxid,
+                                 node.version, node.ctime is not None, node.ctime or 0), path, data or b"")
+        paths.append(node.path)
+        lengths.append(_HEADER.size + len(path) + len(data or b""))
+    return b"".join(records), paths, lengths
 
 
 class ZNodeTable:
-    """Znodes by path, written once from ``nodes``; ``close`` (or garbage collection) removes the file."""
+    """Znodes by path, written once from runs of records (a path given twice: the last wins); ``close`` frees the
+    file."""
 
-    def __init__(self, nodes: Iterable[ZNode]):
-        self._dir = tempfile.mkdtemp(prefix="bookie-scanner-znodes-")
-        self._cleanup = weakref.finalize(self, _remove_in_owner, self._dir, os.getpid())
-        self._path = os.path.join(self._dir, "znodes.sqlite")
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._db: sqlite3.Connection | None = sqlite3.connect(self._path, check_same_thread=False)
+    def __init__(self, runs: Iterable[RecordRun]):
+        self._file = tempfile.TemporaryFile(prefix="bookie-scanner-znodes-", buffering=0)
+        self._fd: int | None = self._file.fileno()
+        self._lock = threading.Lock()  # a read and ``close`` do not meet (a closed fd's number may be reused at once)
+        self._starts = array("Q")  # per record (by number): where it starts; one more: where the file ends
+        keys = array("Q")  # per record: its path's hash
+        self._children: dict[str, array] = {}  # parent path -> its children's record numbers
         try:
-            # scratch data: a crash loses nothing worth a journal or a sync
-            self._db.execute("PRAGMA journal_mode = OFF")
-            self._db.execute("PRAGMA synchronous = OFF")
-            self._db.execute(_SCHEMA)
-            with self._db:
-                self._db.executemany(_INSERT, (_row(node) for node in nodes))
-            _keep_read_lock(self._db)
+            position, pending, written = 0, [], 0
+            for records, paths, lengths in runs:
+                pending.append(records)
+                number, run_start = len(self._starts), position
+                for path, length in zip(paths, lengths):
+                    self._starts.append(position)
+                    position += length
+                    keys.append(_key(path))
+                    parent, _, name = path.rpartition("/")
+                    if name:
+                        self._children.setdefault(parent, array("I")).append(number)
+                    number += 1
+                if position - run_start != len(records):
+                    raise ValueError(f"a run of {len(records)} bytes of records said its records took {position - run_start}")
+                if position - written >= _WRITE_BUFFER:
+                    self._file.write(b"".join(pending))
+                    pending, written = [], position
+            self._starts.append(position)
+            self._file.write(b"".join(pending))
+            self._keys, self._numbers = _sorted_by_key(keys)
+            self._drop_replaced()
         except BaseException:
             self.close()
             raise
 
     def node(self, path: str) -> ZNode | None:
-        if not path.startswith("/"):
-            return None
-        parent, _, name = path.rpartition("/")
-        with self._lock:
-            db = self._connection()
-            row = db.execute(_SELECT_NODE, (parent, name)).fetchone() if db else None
-        if row is None:
-            return None
-        data, ephemeral, mzxid, version, ctime = row
-        return ZNode(path, data, bool(ephemeral), mzxid, version, ctime)
+        return self.nodes([path])[0]
 
     def nodes(self, paths: list[str]) -> list[ZNode | None]:
-        """Several znodes at once: one query per parent, not one per node."""
-        wanted: dict[str, list[str]] = {}
-        for path in paths:
-            if path.startswith("/"):
-                parent, _, name = path.rpartition("/")
-                wanted.setdefault(parent, []).append(name)
-        found: dict[str, ZNode] = {}
-        with self._lock:
-            db = self._connection()
-            for parent, names in wanted.items() if db else ():
-                for start in range(0, len(names), _NAMES_PER_QUERY):
-                    part = names[start:start + _NAMES_PER_QUERY]
-                    query = _SELECT_NAMED.format(", ".join("?" * len(part)))
-                    for name, data, ephemeral, mzxid, version, ctime in db.execute(query, (parent, *part)):
-                        path = f"{parent}/{name}"
-                        found[path] = ZNode(path, data, bool(ephemeral), mzxid, version, ctime)
+        """Several znodes at once: the records of their paths' hashes read together, each checked for its path."""
+        found = {fields[0]: fields for fields in self._records_of(paths)}
+        return [None if fields is None else ZNode(*fields) for fields in map(found.get, paths)]
+
+    def data_of(self, paths: list[str]) -> list[bytes | None]:
+        """Each path's data as :meth:`nodes` reads it, with no znode object: None for no znode or no data."""
+        found = {fields[0]: fields[1] for fields in self._records_of(paths)}
         return [found.get(path) for path in paths]
+
+    def _records_of(self, paths: list[str]) -> list[tuple]:
+        """The record fields of those of ``paths`` there are (others with the same hashes too)."""
+        absolute = [path for path in paths if path.startswith("/")]
+        native = native_helpers()
+        if native is None:
+            return self._read({number for path in absolute for number in self._numbers_of(path)})
+        candidates = set()
+        for found in native.find_records(self._keys, self._numbers, array("Q", map(_key, absolute))):
+            if type(found) is int:
+                candidates.add(found)
+            elif found is not None:
+                candidates.update(found)
+        return self._read(candidates)
 
     def children(self, path: str) -> list[str]:
         if not path.startswith("/"):
             return []
-        with self._lock:
-            db = self._connection()
-            rows = db.execute(_SELECT_CHILDREN, ("" if path == "/" else path,)).fetchall() if db else []
-        return [name for (name,) in rows]
+        numbers = self._children.get("" if path == "/" else path)
+        if numbers is None or self._fd is None:
+            return []
+        return sorted({path.rpartition("/")[2] for path in self._read(numbers, paths_only=True)})
 
     def close(self) -> None:
         with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-        self._cleanup()
+            self._fd = None
+            self._file.close()
 
-    def _connection(self) -> sqlite3.Connection | None:
-        if self._db is not None and self._pid != os.getpid():
-            # SQLite connections must not cross a fork: the child opens its own
-            self._db = sqlite3.connect(f"file:{self._path}?mode=ro", uri=True, check_same_thread=False)
-            _keep_read_lock(self._db)
-            self._pid = os.getpid()
-        return self._db
+    def _numbers_of(self, path: str) -> list[int]:
+        key = _key(path)
+        i = bisect.bisect_left(self._keys, key)
+        j = i
+        while j < len(self._keys) and self._keys[j] == key:
+            j += 1
+        return list(self._numbers[i:j])
+
+    def _read(self, numbers, paths_only: bool = False) -> list:
+        """The fields of records ``numbers`` (a ZNode's, in order), or their paths alone, read a span of neighbouring
+        records at a time."""
+        found = []
+        numbers = sorted(numbers)
+        starts = self._starts
+        i = 0
+        while i < len(numbers):
+            first = starts[numbers[i]]
+            j = i + 1
+            while (j < len(numbers) and starts[numbers[j]] - starts[numbers[j - 1] + 1] <= _SPAN_GAP
+                   and starts[numbers[j] + 1] - first <= _SPAN_LIMIT):
+                j += 1
+            with self._lock:
+                if self._fd is None:
+                    return []
+                span = os.pread(self._fd, starts[numbers[j - 1] + 1] - first, first)
+            offsets = [starts[number] - first for number in numbers[i:j]]
+            native = native_helpers()
+            if native is None:
+                found.extend(_record(span, at, paths_only) for at in offsets)
+            else:
+                found.extend(native.parse_records(span, offsets, paths_only))
+            i = j
+        return found
+
+    def _drop_replaced(self) -> None:
+        """A path given more than once keeps its last record: the others leave the index and their parent's children."""
+        keys, numbers = self._keys, self._numbers
+        replaced = set()
+        for i in range(1, len(keys)):
+            if keys[i] == keys[i - 1] and (i < 2 or keys[i - 2] != keys[i]):  # the first of a run of equal hashes
+                j = i + 1
+                while j < len(keys) and keys[j] == keys[i]:
+                    j += 1
+                run = sorted(numbers[i - 1:j])
+                latest = {fields[0]: number for fields, number in zip(self._read(run), run)}  # ascending: the last wins
+                replaced.update(set(run) - set(latest.values()))
+        if not replaced:
+            return
+        keep = [i for i in range(len(keys)) if numbers[i] not in replaced]
+        self._keys, self._numbers = array("Q", (keys[i] for i in keep)), array("Q", (numbers[i] for i in keep))
+        for parent, children in self._children.items():
+            if any(number in replaced for number in children):
+                self._children[parent] = array("I", (number for number in children if number not in replaced))
 
 
-def _keep_read_lock(db: sqlite3.Connection) -> None:
-    # the file no longer changes: hold the shared lock instead of taking it (and re-checking the
-    # file) on every lookup, which costs several times the lookup; other readers can still share it
-    db.execute("PRAGMA locking_mode = EXCLUSIVE")
+def native_helpers():
+    """The native helpers (``scanner.scan._lean_meta``: packing, finding, parsing records) when the scan's native
+    code runs, else None (the Python forms here and in :mod:`scanner.metadata.snapshot` are the reference)."""
+    from scanner.scan.lean_metadata import _lean_meta
+    from scanner.scan.native import native_code
+
+    return _lean_meta if _lean_meta is not None and native_code() is not None else None
 
 
-def _row(node: ZNode) -> tuple:
-    parent, _, name = node.path.rpartition("/")
-    return parent, name, node.data, int(node.ephemeral), node.mzxid, node.version, node.ctime
+def _key(path: str) -> int:
+    return hash(path) & 0xFFFF_FFFF_FFFF_FFFF
 
 
-def _remove_in_owner(directory: str, owner_pid: int) -> None:
-    if os.getpid() == owner_pid:  # a forked child's exit must not take the parent's file
-        shutil.rmtree(directory, ignore_errors=True)
+def _record(span: bytes, at: int, path_only: bool) -> tuple | str:
+    path_length, data_length, ephemeral, mzxid, version, has_ctime, ctime = _HEADER.unpack_from(span, at)
+    at += _HEADER.size
+    path = span[at:at + path_length].decode("utf-8", "surrogatepass")
+    if path_only:
+        return path
+    at += path_length
+    data = None if data_length == _NO_DATA else span[at:at + data_length]
+    return path, data, bool(ephemeral), mzxid, version, ctime if has_ctime else None
+
+
+def _sorted_by_key(keys: array) -> tuple[array, array]:
+    """(the keys ascending, the record number of each), sorted natively where the scan's native code runs."""
+    from scanner.scan.native import native_code
+
+    numbers = array("Q", range(len(keys)))
+    native = native_code()
+    if native is not None:
+        native.sort_pairs(keys, numbers)
+        return keys, numbers
+    import pyarrow.compute as pc
+
+    from scanner.storage.location import arrow_view, native_array
+
+    order = pc.sort_indices(arrow_view(keys))
+    return native_array(pc.take(arrow_view(keys), order), "Q"), native_array(order, "Q")

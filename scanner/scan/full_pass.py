@@ -176,24 +176,22 @@ class BookiePass:
     def read_index(self) -> None:
         self.runs = LocationRuns(self.scratch)
         index = self.storage.indexed_ledgers(self.dir_index)
-        nodes_of = getattr(self.store, "ledger_nodes", None)  # undecoded znodes: where the store offers them
+        lean_source = self._lean_source()
         try:
             while batch := _next_batch(index):
                 ledger_ids = [ledger_id for ledger_id, _, _ in batch]
                 self.pacer.take_entries(sum(len(entry_ids) for _, entry_ids, _ in batch if entry_ids is not None))
-                if nodes_of is None:
+                if lean_source is None:
                     for (_, entry_ids, raw_locations), read in zip(batch, self.store.ledger_batch(ledger_ids)):
                         self._index_ledger(read, entry_ids, raw_locations)
                     continue
-                nodes = nodes_of(ledger_ids)
-                leans = lean_ledgers(ledger_ids, [None if node is None else node.data for _, node in nodes],
-                                     self.bookie_id, [entry_ids for _, entry_ids, _ in batch])
-                for (ledger_id, entry_ids, raw_locations), (path, node), lean in zip(batch, nodes, leans):
+                data, read_of = lean_source(ledger_ids)
+                leans = lean_ledgers(ledger_ids, data, self.bookie_id, [entry_ids for _, entry_ids, _ in batch])
+                for i, ((ledger_id, entry_ids, raw_locations), lean) in enumerate(zip(batch, leans)):
                     if lean is None:
-                        self._index_ledger(self.store.ledger_read(ledger_id, path, node), entry_ids, raw_locations)
+                        self._index_ledger(read_of(i), entry_ids, raw_locations)
                     else:
-                        self._index_lean(ledger_id, lean, entry_ids, raw_locations,
-                                         lambda: self.store.ledger_read(ledger_id, path, node).meta)
+                        self._index_lean(ledger_id, lean, entry_ids, raw_locations, lambda i=i: read_of(i).meta)
         except DbIndexError as error:
             # The index stops reading part-way: every ledger it would have listed is judged on its own.
             log.warning("%s", error)
@@ -202,6 +200,23 @@ class BookiePass:
         # What the walks may look up themselves: every ledger of the table but those whose own index did not read
         # (their records are noted by the recording verifier ``_verifier_for`` gives)
         self._known = KnownLedgers(*self.table.columns(), asked=array("Q", sorted(self._unindexed)))
+
+    def _lean_source(self) -> Callable[[list[int]], tuple[list, Callable[[int], LedgerRead]]] | None:
+        """Where the store offers the undecoded znodes: for a batch of ledger ids, (each one's znode bytes, None for
+        none; the whole metadata of the i-th, read on demand). A dump store gives the bytes alone and reads a
+        ledger again when it is needed whole (few are); a store reached over the network gives its znodes once."""
+        store = self.store
+        if getattr(store, "ledger_data", None) is not None:
+            return lambda ledger_ids: (store.ledger_data(ledger_ids),
+                                       lambda i: store.ledger_batch([ledger_ids[i]])[0])
+        if getattr(store, "ledger_nodes", None) is None:
+            return None
+
+        def from_nodes(ledger_ids: list[int]):
+            nodes = store.ledger_nodes(ledger_ids)
+            return ([None if node is None else node.data for _, node in nodes],
+                    lambda i: store.ledger_read(ledger_ids[i], *nodes[i]))
+        return from_nodes
 
     def _index_ledger(self, read: LedgerRead, entry_ids, raw_locations) -> None:
         ledger_id = read.ledger_id

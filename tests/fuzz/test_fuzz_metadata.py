@@ -4,8 +4,10 @@ ZooKeeper dumps, cookies and bk_server.conf."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from scanner.metadata.ledger import (HEADER_PREFIX, LedgerMetadata, LedgerState,
 from scanner.metadata.ledger_paths import LayoutError as LedgerLayoutError
 from scanner.metadata.snapshot import DumpFormatError, SnapshotStore
 from scanner.metadata.store import MetadataUnavailable
+from scanner.scan.native import WALKER_VARIABLE
 from scanner.storage.entry import DigestType
 from scanner.storage.layout import LayoutError, discover_layout, parse_cookie, parse_properties
 
@@ -140,7 +143,9 @@ def znodes(draw) -> dict:
     node = {"path": path, "data_b64": None if data is None else base64.b64encode(data).decode(),
             "ephemeral": draw(st.booleans()), "mzxid": draw(st.integers(0, 2**63)), "version": draw(st.integers(0, 9))}
     if draw(st.booleans()):
-        node[draw(st.sampled_from(["data_b64", "mzxid", "version", "ctime", "path"]))] = draw(json_values)
+        node[draw(st.sampled_from(["data_b64", "mzxid", "version", "ctime", "path", "ephemeral"]))] = draw(json_values)
+    if draw(st.booleans()):  # base64 and next to it: padding in and out of place, other characters
+        node["data_b64"] = draw(st.text(alphabet="QUJDab+/=0 \né", max_size=12))
     return node
 
 
@@ -170,6 +175,36 @@ def test_dump_loads_or_raises_typed_error(data):
                 store.ledger(ledger_id)
             except MetadataFormatError:
                 pass
+
+
+@fuzz_settings()
+@given(data=dump_files())
+def test_dump_reads_the_same_natively_and_in_python(data):
+    """The native packing and record parsing against the Python reference: the same znodes, or the same error."""
+    outcomes = []
+    with file_holding(data, "dump.json") as path, bounded_memory():
+        for walker in ("native", "python"):
+            with _walker(walker):
+                try:
+                    with SnapshotStore(path) as store:
+                        paths = ["/ledgers", "/ledgers/LAYOUT", "/ledgers/00/0000/L0007", "/ledgers/L0000000007"]
+                        outcomes.append((store.nodes(paths), store.children("/ledgers"), list(store.ledger_ids())))
+                except (DumpFormatError, MetadataUnavailable, LedgerLayoutError) as error:
+                    outcomes.append(f"{type(error).__name__}: {error}")
+    assert outcomes[0] == outcomes[1]
+
+
+@contextlib.contextmanager
+def _walker(walker: str):
+    before = os.environ.get(WALKER_VARIABLE)
+    os.environ[WALKER_VARIABLE] = walker
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[WALKER_VARIABLE]
+        else:
+            os.environ[WALKER_VARIABLE] = before
 
 
 # --- cookies and bk_server.conf --------------------------------------------------------------
