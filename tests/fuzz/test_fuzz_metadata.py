@@ -7,7 +7,6 @@ import base64
 import contextlib
 import itertools
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -15,13 +14,13 @@ from google.protobuf import text_format
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from corpus import reference_walker
 from fuzz.budget import HOSTILE_LENGTHS, bounded_memory, file_holding, fuzz_settings
 from scanner.metadata.ledger import (HEADER_PREFIX, LedgerMetadata, LedgerState, MetadataFormatError,
                                      parse_ledger_metadata, serialize_ledger_metadata)
 from scanner.metadata.ledger_paths import LayoutError as LedgerLayoutError
 from scanner.metadata.snapshot import DumpFormatError, SnapshotStore
 from scanner.metadata.store import MetadataUnavailable
-from scanner.scan.native import WALKER_VARIABLE
 from scanner.storage.entry import DigestType
 from scanner.storage.layout import LayoutError, discover_layout, parse_cookie, parse_properties
 
@@ -183,8 +182,8 @@ def test_dump_reads_the_same_natively_and_in_python(data):
     """The native packing and record parsing against the Python reference: the same znodes, or the same error."""
     outcomes = []
     with file_holding(data, "dump.json") as path, bounded_memory():
-        for walker in ("native", "python"):
-            with _walker(walker):
+        for walker in (contextlib.nullcontext, reference_walker):
+            with walker():
                 try:
                     with SnapshotStore(path) as store:
                         paths = ["/ledgers", "/ledgers/LAYOUT", "/ledgers/00/0000/L0007", "/ledgers/L0000000007"]
@@ -192,19 +191,6 @@ def test_dump_reads_the_same_natively_and_in_python(data):
                 except (DumpFormatError, MetadataUnavailable, LedgerLayoutError) as error:
                     outcomes.append(f"{type(error).__name__}: {error}")
     assert outcomes[0] == outcomes[1]
-
-
-@contextlib.contextmanager
-def _walker(walker: str):
-    before = os.environ.get(WALKER_VARIABLE)
-    os.environ[WALKER_VARIABLE] = walker
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[WALKER_VARIABLE]
-        else:
-            os.environ[WALKER_VARIABLE] = before
 
 
 # --- cookies and bk_server.conf --------------------------------------------------------------
