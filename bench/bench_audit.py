@@ -20,6 +20,7 @@ RSS (the Python process the operator started) and the JVM's (local mode: driver 
     python bench/bench_audit.py --ledgers 1000000 --zookeeper      # the issue's scale
     python bench/bench_audit.py --ledgers 100000 --cluster --sizes 1e7
     python bench/bench_audit.py --ledgers 100000 --cluster --no-local --sizes 1e7 --pin --turns 2
+    python bench/bench_audit.py --ledgers 1000000 --cluster --no-local --sizes 1e7 --worker-cpus 0.8 --turns 2
 """
 
 from __future__ import annotations
