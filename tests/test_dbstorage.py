@@ -250,9 +250,12 @@ def test_a_db_given_by_a_relative_path_opens(tmp_path, monkeypatch):
                                        (location_key(2, 5000), b"\0\0\0\1")],
                          ids=["regular", "short key in the third batch", "short value in the second batch"])
 def test_locations_decoded_natively_are_what_the_python_batches_give(tmp_path, irregular):
-    # Ledgers across batch boundaries, entries without a location (0), the storage flags' negative keys after them.
-    locations = {location_key(ledger_id, entry_id): location_value(ledger_id, 1028 + entry_id) if entry_id % 7 else
-                 bytes(8) for ledger_id, count in [(1, 3000), (2, 6000), (3, 1), (9, 100)] for entry_id in range(count)}
+    # Ledgers across batch boundaries, entries without a location (0) in all but the last (whose batches have none),
+    # the storage flags' negative keys after them.
+    locations = {location_key(ledger_id, entry_id): location_value(ledger_id, 1028 + entry_id)
+                 if entry_id % 7 or ledger_id == 10 else bytes(8)
+                 for ledger_id, count in [(1, 3000), (2, 6000), (3, 1), (9, 100), (10, 9000)]
+                 for entry_id in range(count)}
     locations[location_key(STORAGE_FLAGS_KEY, 0)] = location_value(1, 1028)
     if irregular is not None:
         locations[irregular[0]] = irregular[1]
@@ -276,7 +279,7 @@ def test_locations_decoded_natively_are_what_the_python_batches_give(tmp_path, i
         assert read() == native
     found, error = native
     if irregular is None:
-        assert error is None and [ledger_id for ledger_id, _, _ in found] == [1, 2, 3, 9]
-        assert found[1][1] == [e for e in range(6000) if e % 7]
+        assert error is None and [ledger_id for ledger_id, _, _ in found] == [1, 2, 3, 9, 10]
+        assert found[1][1] == [e for e in range(6000) if e % 7] and found[4][1] == list(range(9000))
     else:
         assert error is not None and str(current) in error and [ledger_id for ledger_id, _, _ in found] == [1]

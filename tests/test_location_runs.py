@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from array import array
 
+from scanner.scan import location_runs
 from scanner.scan.location_runs import LocationRuns
 
 
@@ -58,3 +59,32 @@ def test_runs_longer_than_a_fence_are_searched_right(tmp_path):
             for start_pos in (0, 1024, rng.randrange(1 << 20), expected[len(expected) // 2] if expected else 5):
                 served = [pos for window in runs.windows(log, start_pos) for pos in window.pos]
                 assert served == [pos for pos in expected if pos >= start_pos]
+
+
+def test_a_window_still_viewed_keeps_its_locations_while_later_batches_are_served(tmp_path, monkeypatch):
+    # Batches of few locations (a log or two each; a log with more is served a window of 1 MiB of positions at a
+    # time). A gather's columns serve the next gather once nothing views them; windows the walk still holds (here all
+    # of log 0's) must not be overwritten by later gathers.
+    monkeypatch.setattr(location_runs, "BATCH_ENTRIES", 40)
+    monkeypatch.setattr(location_runs, "WINDOW_BYTES", 1 << 20)
+    rng = random.Random(11)
+    placed = {}
+    with LocationRuns(tmp_path, run_entries=100) as runs:
+        for ledger_id in range(1, 300):
+            entries = array("Q", range(rng.randrange(1, 6)))
+            where = [(0 if rng.random() < 0.3 else rng.randrange(1, 30), rng.randrange(1024, 1 << 24)) for _ in entries]
+            placed.update({(ledger_id, e): w for e, w in zip(entries, where)})
+            runs.add(ledger_id, entries, array("Q", (encoded(*w) for w in where)))
+        runs.finish()
+
+        def expected(log):
+            return sorted((pos, ledger, entry) for (ledger, entry), (at, pos) in placed.items() if at == log)
+
+        def served(window):
+            return list(zip(window.pos, window.ledger_ids, window.entry_ids))
+
+        held = list(runs.windows(0))
+        assert len(held) > 1
+        for log in range(1, 30):
+            assert [t for window in runs.windows(log) for t in served(window)] == expected(log)
+        assert [t for window in held for t in served(window)] == expected(0)

@@ -880,14 +880,15 @@ static PyTypeObject WalkerType = {
  * When the bits in which keys differ and an index fit in 64 bits together (the index's locations: a few entry logs
  * and positions within them differ in about 30 bits), each key is packed with its index into one uint64: the key's
  * bits from the lowest one that differs up, the widest gap of bits no key differs in squeezed out, above the index.
- * Those are sorted by SORT_DIGIT-bit digits (those that differ), the other columns then gathered by the index the
- * low bits hold, and the keys rebuilt from the high bits. Otherwise (key, index) pairs are sorted by the key's
- * bytes that differ.
+ * Those are sorted by digits of up to SORT_DIGIT bits (as few passes as that allows, the digits as even as they can
+ * be: 24 bits in two passes of 12, not three of 11, 11 and 2; those digits that differ, every pass's counts taken in
+ * one pass over the keys), the other columns then gathered by the index the low bits hold, and the keys rebuilt from
+ * the high bits. Otherwise (key, index) pairs are sorted by the key's bytes that differ.
  *
  * Keys may be sorted by their bits from `coarse` up only (the index's runs: by window of positions, the order within
  * one left as it came); the keys are then gathered by the index like the other columns. */
 
-#define SORT_DIGIT 11
+#define SORT_DIGIT 12 /* 4096 counters of 4 bytes: 16 KiB, within the L1 cache with the lines being written */
 #define SORT_BUCKETS (1u << SORT_DIGIT)
 #define SORT_PASSES ((64 + SORT_DIGIT - 1) / SORT_DIGIT)
 
@@ -928,40 +929,82 @@ static inline uint64_t unpacked_key(const Packing s, uint64_t packed) {
     return ((packed & low_bits(s.gap)) | (packed >> s.gap) << (s.gap + s.gap_width)) << s.low;
 }
 
+/* The packed sort's counts and two arrays of n uint64 each, kept from one sort for the next (the runs' spills, the
+ * walks' gathers: fresh pages for every sort cost a page fault and a cleared page each, more than the sort's passes
+ * over them; the scan keeps glibc's mmap threshold fixed, so every freed buffer leaves the process): taken by one sort
+ * at a time (the sorts run without the GIL; one that finds it taken allocates its own). Kept only up to SCRATCH_KEPT
+ * entries, so the memory held between sorts is bounded whatever was sorted last. */
+typedef struct {
+    uint32_t counts[SORT_PASSES][SORT_BUCKETS];
+    size_t capacity; /* entries of each of the two arrays */
+    uint64_t values[];
+} Scratch;
+
+#define SCRATCH_KEPT ((size_t)1 << 19) /* above a run of the location runs (RUN_ENTRIES and its last ledger's) */
+
+static Scratch *kept_scratch;
+
+static Scratch *take_scratch(size_t n) {
+    Scratch *s = __atomic_exchange_n(&kept_scratch, NULL, __ATOMIC_ACQUIRE);
+    if (s != NULL && s->capacity >= n)
+        return s;
+    PyMem_RawFree(s);
+    if (n > (SIZE_MAX - sizeof(Scratch)) / (2 * sizeof(uint64_t)))
+        return NULL;
+    s = PyMem_RawMalloc(sizeof(Scratch) + 2 * n * sizeof(uint64_t));
+    if (s != NULL)
+        s->capacity = n;
+    return s;
+}
+
+static void give_back_scratch(Scratch *s) {
+    if (s->capacity > SCRATCH_KEPT) {
+        PyMem_RawFree(s);
+        return;
+    }
+    PyMem_RawFree(__atomic_exchange_n(&kept_scratch, s, __ATOMIC_RELEASE));
+}
+
 static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ, int index_bits, int coarse) {
     Packing s = packing_of(differ);
-    uint64_t *p = PyMem_RawMalloc(n * sizeof(uint64_t)), *q = PyMem_RawMalloc(n * sizeof(uint64_t));
-    uint32_t(*counts)[SORT_BUCKETS] = PyMem_RawCalloc(SORT_PASSES, sizeof *counts);
-    if (p == NULL || q == NULL || counts == NULL) {
-        PyMem_RawFree(p), PyMem_RawFree(q), PyMem_RawFree(counts);
+    Scratch *scratch = take_scratch(n);
+    if (scratch == NULL)
         return -1;
-    }
+    uint64_t *p = scratch->values, *q = scratch->values + scratch->capacity;
     uint64_t varying = packed_key(s, differ);
+    const int most = (s.bits + SORT_DIGIT - 1) / SORT_DIGIT, digit = (s.bits + most - 1) / most;
+    const uint64_t digit_mask = low_bits(digit);
     int shifts[SORT_PASSES], passes = 0;
-    for (int at = 0; at < s.bits; at += SORT_DIGIT)
-        if ((varying >> at) & (SORT_BUCKETS - 1))
+    for (int at = 0; at < s.bits; at += digit)
+        if ((varying >> at) & digit_mask)
             shifts[passes++] = index_bits + at;
+    /* Every pass's counts from one pass over the packed keys, as they are packed. */
+    uint32_t(*counts)[SORT_BUCKETS] = scratch->counts;
+    memset(counts, 0, (size_t)passes * sizeof counts[0]);
     /* The packing's fields in locals: the counts' stores could alias them, which would reload them per element. */
     const int low = s.low, gap = s.gap, skip = s.gap + s.gap_width;
     const uint64_t below_gap = low_bits(s.gap), above_gap = low_bits(s.bits - s.gap);
     for (size_t i = 0; i < n; i++) {
         uint64_t x = keys[i] >> low;
-        p[i] = ((x & below_gap) | ((x >> skip) & above_gap) << gap) << index_bits | i;
+        uint64_t v = ((x & below_gap) | ((x >> skip) & above_gap) << gap) << index_bits | i;
+        p[i] = v;
+        for (int d = 0; d < passes; d++)
+            counts[d][(v >> shifts[d]) & digit_mask]++;
     }
     for (int d = 0; d < passes; d++) {
-        const int shift = shifts[d];
-        uint32_t *count = counts[d];
-        for (size_t i = 0; i < n; i++)
-            count[(p[i] >> shift) & (SORT_BUCKETS - 1)]++;
-        uint32_t sum = 0; /* n < 2^32 */
-        for (unsigned k = 0; k < SORT_BUCKETS; k++) {
+        uint32_t *count = counts[d], sum = 0; /* n < 2^32 */
+        for (uint64_t k = 0; k <= digit_mask; k++) {
             uint32_t c = count[k];
             count[k] = sum;
             sum += c;
         }
+    }
+    for (int d = 0; d < passes; d++) {
+        const int shift = shifts[d];
+        uint32_t *count = counts[d];
         for (size_t i = 0; i < n; i++) {
             uint64_t v = p[i];
-            q[count[(v >> shift) & (SORT_BUCKETS - 1)]++] = v;
+            q[count[(v >> shift) & digit_mask]++] = v;
         }
         uint64_t *t = p;
         p = q, q = t;
@@ -980,7 +1023,7 @@ static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint6
         for (size_t i = 0; i < n; i++)
             keys[i] = base | unpacked_key(s, p[i] >> index_bits);
     }
-    PyMem_RawFree(p), PyMem_RawFree(q), PyMem_RawFree(counts);
+    give_back_scratch(scratch);
     return 0;
 }
 
@@ -1783,10 +1826,11 @@ static PyObject *native_close_index_files(PyObject *m, PyObject *args) {
 
 /* ---- DbLedgerStorage's `locations` DB: a cursor's pairs decoded without a Python object per pair kept ------- */
 
-/* decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular): up to `limit` (key, value)
- * pairs taken from the iterator `pairs` (rocksdict's, raw) and decoded from big-endian into three columns of native
- * uint64 (bytes; fewer pairs at the iterator's end). irregular: the pair that stopped it early, a key not 16 bytes
- * or a value not 8 (the caller words the error), else None. dbstorage.py's batches are the reference. */
+/* decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular, zero): up to `limit` (key,
+ * value) pairs taken from the iterator `pairs` (rocksdict's, raw) and decoded from big-endian into three columns of
+ * native uint64 (bytes; fewer pairs at the iterator's end). irregular: the pair that stopped it early, a key not 16
+ * bytes or a value not 8 (the caller words the error), else None. zero: whether a location is 0 (no such entry, to
+ * BookKeeper). dbstorage.py's batches are the reference. */
 static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
     PyObject *pairs;
     Py_ssize_t limit;
@@ -1803,6 +1847,7 @@ static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
     PyObject *irregular = NULL, *result = NULL;
     Py_ssize_t n = 0;
     int failed = 0;
+    uint64_t all_set = ~0ull; /* the AND of every location's "non-zero" mask */
     while (n < limit) {
         PyObject *pair = PyIter_Next(pairs);
         if (pair == NULL) {
@@ -1824,13 +1869,15 @@ static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
         const uint8_t *k = (const uint8_t *)PyBytes_AS_STRING(key);
         ledgers[n] = be64(k);
         entries[n] = be64(k + 8);
-        locations[n++] = be64((const uint8_t *)PyBytes_AS_STRING(value));
+        locations[n] = be64((const uint8_t *)PyBytes_AS_STRING(value));
+        all_set &= locations[n++] ? ~0ull : 0;
         Py_DECREF(pair);
     }
     if (!failed) {
         Py_ssize_t bytes = n * (Py_ssize_t)sizeof(uint64_t);
-        result = Py_BuildValue("(y#y#y#O)", (const char *)ledgers, bytes, (const char *)entries, bytes,
-                               (const char *)locations, bytes, irregular ? irregular : Py_None);
+        result = Py_BuildValue("(y#y#y#OO)", (const char *)ledgers, bytes, (const char *)entries, bytes,
+                               (const char *)locations, bytes, irregular ? irregular : Py_None,
+                               all_set ? Py_False : Py_True);
     }
     Py_XDECREF(irregular);
     PyMem_Free(columns);

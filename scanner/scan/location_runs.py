@@ -112,6 +112,7 @@ class LocationRuns:
         self._log_ids: set[int] = set()  # every entry log some location points into
         self._sorted_log_ids: list[int] | None = None  # once the runs are complete
         self._batch: _Batch | None = None
+        self._spare: list[array] | None = None  # the last gather's columns, for the next one
         self.count = 0
 
     def add(self, ledger_id: int, entry_ids: array, raw_locations: array) -> None:
@@ -204,7 +205,19 @@ class LocationRuns:
             else:
                 break
         taken = [(run, *run.span(low, end_log << 32)) for run in self._runs]
-        return _Batch(entry_log_id, end_log, low, *_merged(taken))
+        columns = self._columns(taken)
+        return _Batch(entry_log_id, end_log, low, columns, _merged(taken, columns))
+
+    def _columns(self, taken: list[tuple[_Run, int, int]]) -> list[array]:
+        """Four columns (locations, ledger ids, entry ids, positions) to gather the runs' slices ``taken`` into: the
+        last gather's when they are long enough and nothing views them any more (the walks are done with its
+        windows), else new ones, at least BATCH_ENTRIES long (fresh pages cost a page fault and a cleared page each,
+        more than the sort of the locations in them)."""
+        count = sum(j - i for _, i, j in taken)
+        spare = self._spare
+        if spare is None or len(spare[0]) < count or not all(_unviewed(column) for column in spare):
+            spare = self._spare = [array("Q", bytes(_WIDTH)) * max(count, BATCH_ENTRIES) for _ in range(4)]
+        return spare
 
     def _count(self, low: int, high: int) -> int:
         return sum(j - i for i, j in (run.span(low, high) for run in self._runs))
@@ -219,11 +232,12 @@ class LocationRuns:
             taken = [(run, i, c) for run, (i, _), c in zip(self._runs, spans, cut) if c > i]
             spans = [(c, j) for (_, j), c in zip(spans, cut)]
             if taken:
-                _, ledger_ids, entry_ids, positions = _merged(taken)
-                first = bisect.bisect_left(positions, start_pos) if low < start_pos else 0
-                if first < len(positions):
-                    yield ExpectedRecords(memoryview(positions)[first:], memoryview(ledger_ids)[first:],
-                                          memoryview(entry_ids)[first:],
+                _, ledger_ids, entry_ids, positions = columns = self._columns(taken)
+                count = _merged(taken, columns)
+                first = bisect.bisect_left(positions, start_pos, 0, count) if low < start_pos else 0
+                if first < count:
+                    yield ExpectedRecords(memoryview(positions)[first:count], memoryview(ledger_ids)[first:count],
+                                          memoryview(entry_ids)[first:count],
                                           high if any(i < j for i, j in spans) else 1 << 64)
             low = high
 
@@ -240,35 +254,46 @@ class LocationRuns:
 
 
 class _Batch:
-    """The sorted locations of logs [first_log, end_log) from ``low`` on, as native arrays sliced per log."""
+    """The sorted locations of logs [first_log, end_log) from ``low`` on: the first ``count`` of its ``columns``
+    (locations, ledger ids, entry ids, positions), served per log as views."""
 
-    def __init__(self, first_log: int, end_log: int, low: int, locations: array, ledger_ids: array, entry_ids: array,
-                 positions: array):
+    def __init__(self, first_log: int, end_log: int, low: int, columns: list[array], count: int):
         self.first_log, self.end_log, self._low = first_log, end_log, low
-        self._locations, self._ledger_ids, self._entry_ids = locations, ledger_ids, entry_ids
-        self._positions = positions
+        self.columns, self._count = columns, count
 
     def start_pos(self, base: int) -> int:
         """The first position of the log at ``base`` the batch holds locations from."""
         return max(0, self._low - base)
 
     def records(self, base: int, start_pos: int) -> ExpectedRecords:
-        i = bisect.bisect_left(self._locations, base + start_pos)
-        j = bisect.bisect_left(self._locations, base + (1 << 32), i)
-        return ExpectedRecords(memoryview(self._positions)[i:j], memoryview(self._ledger_ids)[i:j],
-                               memoryview(self._entry_ids)[i:j], 1 << 64)
+        locations, ledger_ids, entry_ids, positions = self.columns
+        i = bisect.bisect_left(locations, base + start_pos, 0, self._count)
+        j = bisect.bisect_left(locations, base + (1 << 32), i, self._count)
+        return ExpectedRecords(memoryview(positions)[i:j], memoryview(ledger_ids)[i:j], memoryview(entry_ids)[i:j],
+                               1 << 64)
 
 
-def _merged(taken: list[tuple[_Run, int, int]]) -> tuple[array, array, array, array]:
-    """(locations, ledger ids, entry ids, positions) of the runs' slices ``taken``, in location order: read one after
-    the other into three columns, then sorted (ties in run order)."""
-    columns = [array("Q", bytes(_WIDTH)) * sum(j - i for _, i, j in taken) for _ in range(3)]
-    views = [memoryview(column) for column in columns]
+def _unviewed(column: array) -> bool:
+    """Whether no view of the array is held (an array refuses to change its size while one is)."""
+    try:
+        column.append(0)
+    except BufferError:
+        return False
+    column.pop()
+    return True
+
+
+def _merged(taken: list[tuple[_Run, int, int]], columns: list[array]) -> int:
+    """The runs' slices ``taken`` into the front of ``columns`` (locations, ledger ids, entry ids, positions), in
+    location order: read one after the other, then sorted (ties in run order). Returns how many."""
+    count = sum(j - i for _, i, j in taken)
+    views = [memoryview(column)[:count] for column in columns]
     at = 0
     for run, i, j in taken:
-        for which, view in enumerate(views):
+        for which, view in enumerate(views[:3]):
             run.read_into(view[at:at + j - i], which, i, j)
         at += j - i
+    merged_by_location(*views)
     for view in views:
         view.release()
-    return merged_by_location(*columns)
+    return count

@@ -34,20 +34,20 @@ def sorted_by_location(locations: Column, ledger_ids: Column, entry_ids: Column,
     return tuple(uint64_array(pc.take(column, order)) for column in columns)
 
 
-def merged_by_location(locations: array, ledger_ids: array, entry_ids: array) -> tuple[array, array, array, array]:
-    """(locations, ledger ids, entry ids, positions) of columns made of sorted slices one after the other, merged in
-    location order (ties in slice order); the columns given may be sorted in place."""
+def merged_by_location(locations: Column, ledger_ids: Column, entry_ids: Column, positions: Column) -> None:
+    """Columns made of sorted slices one after the other merged in location order (ties in slice order), in place;
+    ``positions`` (as long) filled with each merged location's position."""
     native = native_code()
     if native is not None:
-        positions = array("Q", bytes(8)) * len(locations)
         native.sort_by_location(locations, ledger_ids, entry_ids, positions)
-        return locations, ledger_ids, entry_ids, positions
+        return
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    locations, ledger_ids, entry_ids = sorted_by_location(locations, ledger_ids, entry_ids)
-    positions = uint64_array(pc.bit_wise_and(arrow_view(locations), pa.scalar(_POS_MASK, pa.uint64())))
-    return locations, ledger_ids, entry_ids, positions
+    merged = sorted_by_location(locations, ledger_ids, entry_ids)
+    for column, values in zip((locations, ledger_ids, entry_ids), merged):
+        memoryview(column)[:] = values
+    memoryview(positions)[:] = uint64_array(pc.bit_wise_and(arrow_view(locations), pa.scalar(_POS_MASK, pa.uint64())))
 
 
 def log_ids_of(sorted_locations: Sequence[int]) -> set[int]:

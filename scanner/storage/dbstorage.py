@@ -226,7 +226,7 @@ class DbLedgerIndex:
         One cursor over the whole DB, read in batches and decoded without a Python object per entry.
         """
         ledger_id, entry_ids, raw_locations = None, array("Q"), array("Q")
-        for ledgers, entries, found in self._location_batches():
+        for ledgers, entries, found, zero in self._location_batches():
             i = 0
             while i < len(ledgers):
                 current = ledgers[i]
@@ -238,7 +238,7 @@ class DbLedgerIndex:
                         yield ledger_id, entry_ids, raw_locations
                     ledger_id, entry_ids, raw_locations = current, array("Q"), array("Q")
                 part_ids, part = entries[i:j], found[i:j]
-                if 0 in part:  # 0 reads as "no such entry" in BookKeeper
+                if zero and 0 in part:  # 0 reads as "no such entry" in BookKeeper
                     keep = [k for k, raw in enumerate(part) if raw]
                     part_ids, part = array("Q", (part_ids[k] for k in keep)), array("Q", (part[k] for k in keep))
                 entry_ids.extend(part_ids)
@@ -247,10 +247,10 @@ class DbLedgerIndex:
         if ledger_id is not None:
             yield ledger_id, entry_ids, raw_locations
 
-    def _location_batches(self) -> Iterator[tuple[array, array, array]]:
-        """(ledger ids, entry ids, encoded locations) of the `locations` DB's pairs in key order, _LOCATION_BATCH
-        pairs at a time, each batch checked whole before it is handed out: in the scan's native code when it runs
-        (:mod:`scanner.scan.native`), else from the batches' bytes joined."""
+    def _location_batches(self) -> Iterator[tuple[array, array, array, bool]]:
+        """(ledger ids, entry ids, encoded locations, whether a location is 0) of the `locations` DB's pairs in key
+        order, _LOCATION_BATCH pairs at a time, each batch checked whole before it is handed out: in the scan's native
+        code when it runs (:mod:`scanner.scan.native`), else from the batches' bytes joined."""
         start = LOCATION_KEY.pack(0, 0)
         native = native_code()
         if native is None:
@@ -261,16 +261,16 @@ class DbLedgerIndex:
                 if _LITTLE_ENDIAN_HOST:
                     pairs.byteswap()
                     found.byteswap()
-                yield pairs[0::2], pairs[1::2], found
+                yield pairs[0::2], pairs[1::2], found, 0 in found
             return
         pairs = self._locations.pairs_from(start)
         while True:
-            ledgers, entries, found, irregular = native.decode_location_pairs(pairs, _LOCATION_BATCH)
+            ledgers, entries, found, irregular, zero = native.decode_location_pairs(pairs, _LOCATION_BATCH)
             if irregular is not None:
                 self._check_batch([irregular[0]], [irregular[1]])  # raises: a key or a value of the wrong size
             if not ledgers:
                 return
-            yield array("Q", ledgers), array("Q", entries), array("Q", found)
+            yield array("Q", ledgers), array("Q", entries), array("Q", found), zero
 
     def _check_batch(self, keys: list[bytes], values: list[bytes]) -> None:
         for key, value in zip(keys, values):
