@@ -6,6 +6,7 @@ import contextlib
 import errno
 import json
 import os
+import random
 import struct
 import sys
 import tempfile
@@ -20,6 +21,7 @@ from corpus import CORPUS, reference_walker
 from page_cache import cached_pages
 from scanner.scan.native import native_code
 from scanner.storage.entry import master_key
+from scanner.storage import indexfile
 from scanner.storage.indexfile import (
     FETCH_AHEAD_FILES,
     BadExplicitLacLength,
@@ -354,6 +356,28 @@ def test_the_native_reader_closes_every_file_it_opened_ahead_when_stopped_early(
     reader.close()
     assert _open_fds() == before
     assert [ledger_id for ledger_id, _, _ in _read_both_ways(files)] == [ledger_id for ledger_id, _ in files]
+
+
+@pytest.mark.parametrize("cold", [True, False])
+def test_files_that_outgrow_the_native_columns_read_as_the_python_reader_does(tmp_path, monkeypatch, cold):
+    # The native reader's columns start with room for one page's slots a window: the files left out for want of room
+    # go to the Python reader, and the columns grow for the windows after.
+    monkeypatch.setattr(indexfile, "_WINDOW_SLOTS", PAGE // 8)
+    rng = random.Random(5)
+    for ledger_id in range(1, 3 * FETCH_AHEAD_FILES):
+        pages = rng.choice([1, 1, 2, 3])
+        entries = rng.sample(range(PAGE // 8 * pages), rng.randrange(1, 40))
+        path = tmp_path / index_file_path(ledger_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(header() + body({e: EntryLocation(ledger_id % 3, 1024 + e) for e in entries}, pages=pages))
+    files = list(index_files(tmp_path))
+    if cold:
+        drop_from_page_cache(path for _, path in files)
+        if any(cached_pages(Path(path))[0] for _, path in files):
+            pytest.skip("this filesystem keeps file pages in memory whatever the advice (tmpfs?)")
+    read = _read_both_ways(files)
+    assert [ledger_id for ledger_id, _, _ in read] == [ledger_id for ledger_id, _ in files]
+    assert all(ids is not None and len(ids) > 0 for _, ids, _ in read)
 
 
 def _list_both_ways(current: Path) -> list[tuple[int, str]]:

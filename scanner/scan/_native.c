@@ -1555,15 +1555,22 @@ static int index_header_holds(const uint8_t *head, int64_t available) {
     return 1;
 }
 
+/* Slots sifted: entry ids and locations, in columns of `capacity` the caller gave (`fixed`: they do not grow; the
+ * slots of files that did not fit are counted in `wanted`), or grown here. */
 typedef struct {
     uint64_t *ids, *locations;
-    size_t count, capacity;
+    size_t count, capacity, wanted;
+    int fixed;
 } Slots;
 
-/* Room in `out` for `more` slots; -1 when there is not the memory. */
+/* Room in `out` for `more` slots; -1 when there is not the memory (or the room, in fixed columns). */
 static int reserve_slots(Slots *out, size_t more) {
     if (out->count + more <= out->capacity)
         return 0;
+    if (out->fixed) {
+        out->wanted += more;
+        return -1;
+    }
     size_t capacity = out->capacity * 2 > out->count + more ? out->capacity * 2 : out->count + more;
     uint64_t *ids = PyMem_RawRealloc(out->ids, capacity * sizeof(uint64_t));
     if (ids == NULL)
@@ -1674,31 +1681,38 @@ static void release_pending(int fd, int flags) {
     close(fd);
 }
 
-/* A window of files as open_index_files left it: per file, its slot count (those in `cached`, after the files' before
- * it), IDX_LEAVE_TO_PYTHON, or IDX_PENDING (its fd and flags kept). Read (read_index_files) or closed once. */
+/* A window of files as open_index_files left it: per file, its slot count (its slots in `slots` from starts[i]),
+ * IDX_LEAVE_TO_PYTHON, or IDX_PENDING (its fd and flags kept). `slots`: the caller's two columns (held in `views`
+ * while `viewing`). Read (read_index_files) or closed once. */
 typedef struct {
     PyObject_HEAD
     Py_ssize_t n;
-    Py_ssize_t *counts;
+    Py_ssize_t *counts, *starts;
     int *fds, *flags;
-    Slots cached;
+    Slots slots;
+    Py_buffer views[2];
+    int viewing;
 } IndexWindow;
 
-/* Every pending file of the window closed unread; the window then holds no files. */
+/* Every pending file of the window closed unread, the caller's columns let go; the window then holds no files. */
 static void IndexWindow_release(IndexWindow *self) {
     for (Py_ssize_t i = 0; i < self->n; i++)
         if (self->counts[i] == IDX_PENDING)
             release_pending(self->fds[i], self->flags[i]);
     self->n = 0;
+    if (self->viewing) {
+        PyBuffer_Release(&self->views[0]);
+        PyBuffer_Release(&self->views[1]);
+        self->viewing = 0;
+    }
 }
 
 static void IndexWindow_dealloc(IndexWindow *self) {
     IndexWindow_release(self);
     PyMem_Free(self->counts);
+    PyMem_Free(self->starts);
     PyMem_Free(self->fds);
     PyMem_Free(self->flags);
-    PyMem_RawFree(self->cached.ids);
-    PyMem_RawFree(self->cached.locations);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1710,11 +1724,13 @@ static PyTypeObject IndexWindowType = {
     .tp_dealloc = (destructor)IndexWindow_dealloc,
 };
 
-/* open_index_files(paths): an IndexWindow of the files, each opened read-only: those all cached read at once, the
- * others' first bytes asked of the disk (one that would not open, or is too large, is left to the Python reader). */
+/* open_index_files(paths, ids, locations): an IndexWindow of the files, each opened read-only: those all cached read at
+ * once, the others' first bytes asked of the disk (one that would not open, or is too large, is left to the Python
+ * reader). Their slots go to the two uint64 columns given (held until the window is read or closed): a file whose
+ * slots no longer fit is left to the Python reader. */
 static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
-    PyObject *paths;
-    if (!PyArg_ParseTuple(args, "O", &paths))
+    PyObject *paths, *columns[2];
+    if (!PyArg_ParseTuple(args, "OOO", &paths, &columns[0], &columns[1]))
         return NULL;
     PyObject *sequence = PySequence_Fast(paths, "a list of paths");
     if (sequence == NULL)
@@ -1734,21 +1750,37 @@ static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
     IndexWindow *window = PyObject_New(IndexWindow, &IndexWindowType);
     uint8_t *buffer = PyMem_RawMalloc(IDX_FIRST_READ);
     if (window != NULL) {
-        window->n = 0, window->cached = (Slots){NULL, NULL, 0, 0};
+        window->n = 0, window->viewing = 0;
         window->counts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+        window->starts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
         window->fds = PyMem_Calloc((size_t)n + 1, sizeof(int));
         window->flags = PyMem_Calloc((size_t)n + 1, sizeof(int));
-        if (window->counts == NULL || window->fds == NULL || window->flags == NULL || buffer == NULL) {
+        if (window->counts == NULL || window->starts == NULL || window->fds == NULL || window->flags == NULL ||
+            buffer == NULL) {
             Py_CLEAR(window);
             PyErr_NoMemory();
+        }
+    }
+    if (window != NULL) {
+        if (writable_uint64(columns[0], &window->views[0]) < 0) {
+            Py_CLEAR(window);
+        } else if (writable_uint64(columns[1], &window->views[1]) < 0) {
+            PyBuffer_Release(&window->views[0]);
+            Py_CLEAR(window);
+        } else {
+            window->viewing = 1;
+            Py_ssize_t length = window->views[0].len < window->views[1].len ? window->views[0].len
+                                                                            : window->views[1].len;
+            window->slots = (Slots){window->views[0].buf, window->views[1].buf, 0, (size_t)length / 8, 0, 1};
         }
     }
     if (window != NULL) {
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < n; i++) {
             int fd = open_read_only(PyBytes_AS_STRING(PyList_GET_ITEM(encoded, i)));
+            window->starts[i] = (Py_ssize_t)window->slots.count;
             window->counts[i] = fd < 0 ? IDX_LEAVE_TO_PYTHON
-                                       : read_at_open(fd, buffer, &window->cached, &window->flags[i]);
+                                       : read_at_open(fd, buffer, &window->slots, &window->flags[i]);
             window->fds[i] = window->counts[i] == IDX_PENDING ? fd : -1;
         }
         window->n = n;
@@ -1759,63 +1791,55 @@ static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
     return (PyObject *)window;
 }
 
-/* read_index_files(window): (counts, entry ids, locations) of every file of the window (then closed). counts[i]: how
- * many non-empty slots file i has (their entry ids and encoded locations follow those of the files before it, as
- * native uint64 in the two bytes), or -1: file i is left to the Python reader. */
+/* read_index_files(window) -> (counts, starts, wanted): every file of the window read (then closed, its columns let
+ * go). counts[i]: how many non-empty slots file i has (their entry ids and encoded locations in the window's columns
+ * from starts[i]), or -1: file i is left to the Python reader. wanted: the slots of files left out for want of room in
+ * the columns (longer columns would take them). */
 static PyObject *native_read_index_files(PyObject *m, PyObject *args) {
     IndexWindow *window;
     if (!PyArg_ParseTuple(args, "O!", &IndexWindowType, &window))
         return NULL;
     Py_ssize_t n = window->n;
     uint8_t *buffer = PyMem_RawMalloc(IDX_FIRST_READ);
-    PyObject *list = buffer == NULL ? NULL : PyList_New(n);
-    if (list == NULL) {
+    PyObject *counts = buffer == NULL ? NULL : PyList_New(n), *starts = counts == NULL ? NULL : PyList_New(n);
+    if (starts == NULL) {
+        Py_XDECREF(counts);
         PyMem_RawFree(buffer);
         IndexWindow_release(window);
         return buffer == NULL ? PyErr_NoMemory() : NULL;
     }
-    Slots out = {NULL, NULL, 0, 0};
     Py_BEGIN_ALLOW_THREADS
-    size_t at = 0; /* the next file's slots in window->cached */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t count = window->counts[i];
-        if (count == IDX_PENDING) {
-            window->counts[i] = read_pending(window->fds[i], window->flags[i], buffer, &out);
-            continue;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (window->counts[i] == IDX_PENDING) {
+            window->starts[i] = (Py_ssize_t)window->slots.count;
+            window->counts[i] = read_pending(window->fds[i], window->flags[i], buffer, &window->slots);
         }
-        if (count <= 0)
-            continue;
-        if (reserve_slots(&out, (size_t)count) < 0) {
-            window->counts[i] = IDX_LEAVE_TO_PYTHON; /* out of memory: the Python reader tries, and raises if it must */
-        } else {
-            memcpy(out.ids + out.count, window->cached.ids + at, (size_t)count * sizeof(uint64_t));
-            memcpy(out.locations + out.count, window->cached.locations + at, (size_t)count * sizeof(uint64_t));
-            out.count += (size_t)count;
-        }
-        at += (size_t)count;
-    }
     window->n = 0; /* every file closed */
     Py_END_ALLOW_THREADS
+    size_t wanted = window->slots.wanted;
+    IndexWindow_release(window);
     PyObject *result = NULL;
-    for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
-        PyObject *count = PyLong_FromSsize_t(window->counts[i]);
-        if (count == NULL)
-            Py_CLEAR(list);
-        else
-            PyList_SET_ITEM(list, i, count);
+    for (Py_ssize_t i = 0; counts != NULL && i < n; i++) {
+        Py_ssize_t count = window->counts[i] < 0 ? IDX_LEAVE_TO_PYTHON : window->counts[i];
+        PyObject *c = PyLong_FromSsize_t(count), *at = PyLong_FromSsize_t(window->starts[i]);
+        if (c == NULL || at == NULL) {
+            Py_XDECREF(c), Py_XDECREF(at);
+            Py_CLEAR(counts);
+        } else {
+            PyList_SET_ITEM(counts, i, c);
+            PyList_SET_ITEM(starts, i, at);
+        }
     }
-    if (list != NULL)
-        result = Py_BuildValue("(Ny#y#)", list, out.ids ? (const char *)out.ids : "", /* NULL would be None */
-                               (Py_ssize_t)(out.count * sizeof(uint64_t)),
-                               out.locations ? (const char *)out.locations : "",
-                               (Py_ssize_t)(out.count * sizeof(uint64_t)));
-    PyMem_RawFree(out.ids);
-    PyMem_RawFree(out.locations);
+    if (counts != NULL)
+        result = Py_BuildValue("(NNn)", counts, starts, (Py_ssize_t)wanted);
+    else
+        Py_DECREF(starts);
     PyMem_RawFree(buffer);
     return result;
 }
 
-/* close_index_files(window): the window's files not read closed; what was fetched for them dropped. */
+/* close_index_files(window): the window's files not read closed; what was fetched for them dropped; its columns let
+ * go. */
 static PyObject *native_close_index_files(PyObject *m, PyObject *args) {
     IndexWindow *window;
     if (!PyArg_ParseTuple(args, "O!", &IndexWindowType, &window))
@@ -1916,9 +1940,10 @@ static PyMethodDef module_methods[] = {
     {"list_index_files", native_list_index_files, METH_VARARGS,
      "list_index_files(directory) -> [(ledger id, path)]: the `.idx` / `.rloc` files in directory's subdirectories"},
     {"open_index_files", native_open_index_files, METH_VARARGS,
-     "open_index_files(paths) -> IndexWindow: `.idx` files opened, the cached ones read, the others fetched ahead"},
+     "open_index_files(paths, ids, locations) -> IndexWindow: `.idx` files opened, the cached ones read into the "
+     "columns, the others fetched ahead"},
     {"read_index_files", native_read_index_files, METH_VARARGS,
-     "read_index_files(window) -> (counts, entry ids, locations): small `.idx` files read, checked, sifted, closed"},
+     "read_index_files(window) -> (counts, starts, wanted): small `.idx` files read, checked, sifted, closed"},
     {"decode_location_pairs", native_decode_location_pairs, METH_VARARGS,
      "decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular): a `locations` DB batch"},
     {"close_index_files", native_close_index_files, METH_VARARGS,

@@ -33,6 +33,7 @@ _READ_CHUNK = 64 * 1024  # slots read with the header at open (all of most files
 _ARRAY_CHUNK = 8 << 20  # a multiple of SLOT_SIZE
 _LITTLE_ENDIAN_HOST = sys.byteorder == "little"
 FETCH_AHEAD_FILES = 64  # files whose first bytes the disk is asked for before the pass reads them (open fds)
+_WINDOW_SLOTS = FETCH_AHEAD_FILES * 2048  # a window's slots the native reader's columns hold at first (files of 17 KiB)
 _INDEX_NAME = re.compile(r"([0-9a-f]{1,16})\.(idx|rloc)")
 _MAX_LEDGER_ID = 2**63 - 1
 
@@ -126,8 +127,9 @@ def read_index_files(files: Iterable[tuple[int, str]]) -> Iterator[IndexedLedger
 
     Each file is opened a window of files before it is read (:func:`fetched_ahead`). The scan's native code, when it
     runs (:mod:`scanner.scan.native`), opens and reads a window of small files per call, reading those the page
-    cache holds whole as it opens them; every other file, and every file when the Python forms are forced (the
-    reference), is read by :class:`IndexFile`.
+    cache holds whole as it opens them, into two pairs of columns that serve every other window (the window read
+    and the next one opened; fresh pages cost a fault each); every other file, and every file when the Python forms
+    are forced (the reference), is read by :class:`IndexFile`.
     """
     native = native_code()
     if native is None:
@@ -135,23 +137,26 @@ def read_index_files(files: Iterable[tuple[int, str]]) -> Iterator[IndexedLedger
             yield from _read_one(ledger_id, path, guest)
         return
     files = iter(files)
+    columns, spare = ([array("Q", bytes(SLOT_SIZE)) * _WINDOW_SLOTS for _ in range(2)] for _ in range(2))
     window = list(islice(files, FETCH_AHEAD_FILES))
-    opened = native.open_index_files([path for _, path in window])
+    opened = native.open_index_files([path for _, path in window], *columns)
     try:
         while window:
             following = list(islice(files, FETCH_AHEAD_FILES))
             # The next window is asked of the disk before this one is read: it fetches while this one is sifted.
-            opened_next = native.open_index_files([path for _, path in following])
+            opened_next = native.open_index_files([path for _, path in following], *spare)
             this, opened = opened, opened_next
-            counts, ids, locations = native.read_index_files(this)
-            entry_ids, raw_locations = array("Q", ids), array("Q", locations)
-            at = 0
-            for (ledger_id, path), count in zip(window, counts):
+            counts, starts, wanted = native.read_index_files(this)  # done with the columns: they may grow
+            entry_ids, raw_locations = columns
+            for (ledger_id, path), count, at in zip(window, counts, starts):
                 if count < 0:
                     yield from _read_one(ledger_id, path, None)
                 else:
                     yield ledger_id, entry_ids[at:at + count], raw_locations[at:at + count]
-                    at += count
+            if wanted:  # files left to the Python reader for want of room: the columns grow for the windows to come
+                for column in columns:
+                    column.extend(array("Q", bytes(SLOT_SIZE)) * wanted)
+            columns, spare = spare, columns
             window = following
     finally:
         native.close_index_files(opened)
