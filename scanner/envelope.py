@@ -9,21 +9,19 @@ goes up when a key is removed or changes meaning, never when one is added.
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
 import json
 import sys
 from typing import TextIO
+
+from scanner import __version__
 
 SCHEMA_VERSION = 1
 TOOL = "bookie-scanner"
 
 
 def tool_version() -> str:
-    """The installed package's version; "unknown" when run from a zip shipped to Spark without installing."""
-    try:
-        return importlib.metadata.version(TOOL)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    """The tool's version (also when run from a zip shipped to Spark without installing)."""
+    return __version__
 
 
 def envelope(kind: str, document: dict) -> dict:

@@ -8,16 +8,15 @@ base units spelled out at the end of the name.
 from __future__ import annotations
 
 import platform
-from importlib import metadata
 
 from prometheus_client import (CollectorRegistry, PlatformCollector, ProcessCollector, disable_created_metrics,
                                generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from scanner.envelope import tool_version
 from scanner.repair.followup import ESCALATIONS, UNREPAIRED
 
 PREFIX = "bookie_scanner_"
-PACKAGE = "bookie-scanner"
 
 
 class AgentCollector:
@@ -123,11 +122,7 @@ def _scanner_metrics(scanners: list[dict], bookie: str):
 def _build_info() -> GaugeMetricFamily:
     info = GaugeMetricFamily(PREFIX + "build_info", "The running bookie-scanner's version (value 1)",
                              labels=("version", "python_version"))
-    try:
-        version = metadata.version(PACKAGE)
-    except metadata.PackageNotFoundError:
-        version = "unknown"  # run from a source tree that was never installed
-    info.add_metric([version, platform.python_version()], 1)
+    info.add_metric([tool_version(), platform.python_version()], 1)
     return info
 
 

@@ -14,11 +14,15 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from google.protobuf import message as _message
-from google.protobuf import text_format
+from typing import TYPE_CHECKING
 
-from scanner.metadata.proto.data_formats_pb2 import LedgerMetadataFormat
 from scanner.storage.entry import DigestType
+
+if TYPE_CHECKING:
+    from scanner.metadata.proto.data_formats_pb2 import LedgerMetadataFormat
+
+# protobuf is imported where a message is decoded or built: its import costs a scan that decodes metadata in C
+# (scanner.scan.lean_metadata) a tenth of a second.
 
 HEADER_PREFIX = b"BookieMetadataFormatVersion\t"
 MAX_VERSION_DIGITS = 10
@@ -235,10 +239,13 @@ def _decode_v3(data: bytes, offset: int, where: str) -> dict:
         raise MetadataFormatError(
             f"{where}: V3 body of {size} bytes at offset {offset} runs past the end ({len(data) - offset} bytes left)"
         )
+    from google.protobuf.message import DecodeError
+    from scanner.metadata.proto.data_formats_pb2 import LedgerMetadataFormat
+
     msg = LedgerMetadataFormat()
     try:
         msg.ParseFromString(data[offset : offset + size])
-    except _message.DecodeError as exc:
+    except DecodeError as exc:
         raise MetadataFormatError(f"{where}: V3 protobuf at offset {offset} does not decode: {exc}") from None
     # BookKeeper ignores bytes after the delimited message, and so do we.
     return _fields_from_message(msg)
@@ -263,6 +270,9 @@ def _decode_v2(data: bytes, offset: int, where: str) -> dict:
         text = data[offset:].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MetadataFormatError(f"{where}: V2 text is not UTF-8 at offset {offset + exc.start}") from None
+    from google.protobuf import text_format
+    from scanner.metadata.proto.data_formats_pb2 import LedgerMetadataFormat
+
     msg = LedgerMetadataFormat()
     try:
         text_format.Parse(text, msg)
@@ -364,6 +374,10 @@ def replace_ensemble_member(data: bytes, first_entry_id: int, old: str, new: str
     Raises MetadataFormatError when the bytes do not decode, the ensemble is not there, it lacks
     ``old``, or already has ``new``.
     """
+    from google.protobuf import text_format
+    from google.protobuf.message import DecodeError
+    from scanner.metadata.proto.data_formats_pb2 import LedgerMetadataFormat
+
     data = bytes(data)
     version, offset = _read_header(data, source)
     msg = LedgerMetadataFormat()
@@ -371,7 +385,7 @@ def replace_ensemble_member(data: bytes, first_entry_id: int, old: str, new: str
         size, offset = _read_varint32(data, offset, source)
         try:
             msg.ParseFromString(data[offset : offset + size])
-        except _message.DecodeError as exc:
+        except DecodeError as exc:
             raise MetadataFormatError(f"{source}: V3 protobuf at offset {offset} does not decode: {exc}") from None
     elif version == 2:
         try:
@@ -402,6 +416,8 @@ def serialize_ledger_metadata(meta: LedgerMetadata, version: int = 3) -> bytes:
     V2 drops ``ctoken``; V1 also drops digest type, password, ack quorum, ctime and custom
     metadata, as BookKeeper does.
     """
+    from google.protobuf import text_format
+
     header = HEADER_PREFIX + str(version).encode() + b"\n"
     if version == 3:
         body = _to_message(meta, with_ctoken=True).SerializeToString()
@@ -414,6 +430,8 @@ def serialize_ledger_metadata(meta: LedgerMetadata, version: int = 3) -> bytes:
 
 
 def _to_message(meta: LedgerMetadata, with_ctoken: bool) -> LedgerMetadataFormat:
+    from scanner.metadata.proto.data_formats_pb2 import LedgerMetadataFormat
+
     msg = LedgerMetadataFormat(
         quorumSize=meta.write_quorum,
         ensembleSize=meta.ensemble_size,

@@ -198,26 +198,27 @@ def walk_ledger_ids(
     Leaves that do not parse are skipped, as BookKeeper does.
     """
     for tree in _TREES[manager]:
-        yield from _walk(tree, root, (), children)
+        for parent in _parents(tree, root, 0, children):
+            yield from _leaf_ids(tree, root, parent, children(parent))
 
 
-def _walk(tree: _Tree, path: str, names: tuple[str, ...], children: Callable[[str], Sequence[str]]) -> Iterator[int]:
-    depth = len(names)
-    pattern = tree.levels[depth] if depth < len(tree.levels) else tree.leaf
-    # Shorter names first, so ids of different widths (flat) still come out ascending.
-    for name in sorted(children(path), key=lambda n: (len(n), n)):
-        if depth == 0 and is_special_znode(name):
-            continue
-        if not pattern.fullmatch(name):
-            if depth > 0:
-                log.debug("skipping %s/%s: not a ledger znode of this manager", path, name)
-            continue
-        if depth < len(tree.levels):
-            yield from _walk(tree, f"{path}/{name}", names + (name,), children)
-            continue
-        ledger_id = _id_of(names + (name,))
-        if ledger_id is not None:
-            yield ledger_id
+def _leaf_ids(tree: _Tree, root: str, parent: str, names: Sequence[str]) -> list[int]:
+    """The ids of the ledger leaves among ``names``, the children of ``parent`` (a level of up to 10^4 at once),
+    ascending: each id is the levels' names and the leaf's digits."""
+    at_root = parent == root  # flat: the leaves sit beside the root's special znodes
+    leaves = []
+    for name in names:
+        if tree.leaf.fullmatch(name):
+            leaves.append(name)
+        elif not at_root:
+            log.debug("skipping %s/%s: not a ledger znode of this manager", parent, name)
+    # Shorter names first, so ids of different widths (flat) still come out ascending: sorted by name, then (stably)
+    # by length.
+    leaves.sort()
+    leaves.sort(key=len)
+    prefix = parent[len(root):].replace("/", "")
+    ids = [int(prefix + name[1:]) for name in leaves]
+    return ids if not ids or max(ids) <= MAX_LEDGER_ID else [i for i in ids if i <= MAX_LEDGER_ID]
 
 
 def leaf_parents(manager: LedgerManager, root: str, children: Callable[[str], Sequence[str]]) -> Iterator[str]:

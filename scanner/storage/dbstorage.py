@@ -12,6 +12,7 @@ symlinks to the bookie's immutable DB files only: never to ``LOG*`` or ``LOCK``.
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import re
 import shutil
@@ -24,13 +25,11 @@ from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 
-from google.protobuf.message import DecodeError
 from rocksdict import AccessType, Options, Rdict, ReadOptions
 
 from scanner.scan.native import native_code
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation
-from scanner.storage.proto.db_ledger_storage_pb2 import LedgerData
 
 LEDGER_KEY = struct.Struct(">q")
 LOCATION_KEY = struct.Struct(">qq")
@@ -61,12 +60,23 @@ class MisplacedLedger(DbIndexError):
     pass
 
 
+@functools.cache
+def _protobuf() -> tuple[type, type]:
+    """(``LedgerData``, protobuf's DecodeError), imported on first use: a scan that never parses a ledger's record
+    (an `.idx` bookie's, or DbLedgerStorage's whose records it takes unparsed) need not pay protobuf's import."""
+    from google.protobuf.message import DecodeError
+    from scanner.storage.proto.db_ledger_storage_pb2 import LedgerData
+
+    return LedgerData, DecodeError
+
+
 def parse_ledger_data(value: bytes, where: str) -> LedgerState:
     """A `ledgers` DB value (``LedgerData`` protobuf); ``where`` names it in the MalformedDbRecord raised."""
-    data = LedgerData()
+    ledger_data, decode_error = _protobuf()
+    data = ledger_data()
     try:
         data.ParseFromString(value)
-    except DecodeError as error:
+    except decode_error as error:
         raise MalformedDbRecord(f"{where}: expected a LedgerData protobuf, cannot parse: {error}") from error
     return LedgerState(
         master_key=data.masterKey,

@@ -8,13 +8,12 @@ The digest covers the 32-byte header followed by the payload, skipping the diges
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import hmac
 import struct
 import zlib
 from dataclasses import dataclass
-
-import crc32c as _crc32c
 
 METADATA_LENGTH = 32
 HEADER = struct.Struct(">qqqq")
@@ -92,8 +91,18 @@ def _check_crc32(entry: memoryview) -> bool:
     return _CRC32_DIGEST.unpack_from(entry, 32)[0] == value
 
 
+@functools.cache
+def _crc32c():
+    """The crc32c package's function, imported on first use: the import costs tens of milliseconds (the package reads
+    its own installed metadata), which a scan whose records are verified in C need not pay."""
+    from crc32c import crc32c
+
+    return crc32c
+
+
 def _check_crc32c(entry: memoryview) -> bool:
-    value = _crc32c.crc32c(entry[36:], _crc32c.crc32c(entry[:32]))
+    crc32c = _crc32c()
+    value = crc32c(entry[36:], crc32c(entry[:32]))
     return _CRC32C_DIGEST.unpack_from(entry, 32)[0] == value
 
 
@@ -119,7 +128,8 @@ def digest_of(digest_type: DigestType, password: bytes, header: bytes, payload: 
     if digest_type is DigestType.CRC32:
         return _CRC32_DIGEST.pack(zlib.crc32(payload, zlib.crc32(header)))
     if digest_type is DigestType.CRC32C:
-        return _CRC32C_DIGEST.pack(_crc32c.crc32c(payload, _crc32c.crc32c(header)))
+        crc32c = _crc32c()
+        return _CRC32C_DIGEST.pack(crc32c(payload, crc32c(header)))
     if digest_type is DigestType.HMAC:
         return hmac.new(mac_key(password), header + payload, hashlib.sha1).digest()
     return b""
