@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from audit_exports import DUMP, damaged_exports  # noqa: F401 (fixture)
+from scanner.audit.spark_session import CLUSTER_EXECUTOR_JIT
 from scanner.cli import main
 from spark_cluster import StandaloneCluster
 from spark_session import spark  # noqa: F401 (fixture)
@@ -61,6 +62,21 @@ def _ran_on_both_workers(cluster: StandaloneCluster, before: list[set[str]]) -> 
     return all(after - earlier for after, earlier in zip(_apps_run_by(cluster), before))
 
 
+def _executor_jit_flags(cluster: StandaloneCluster, before: list[set[str]]) -> list[set[str]]:
+    """Per executor of the applications run since ``before``, which of ``CLUSTER_EXECUTOR_JIT``'s flags its JVM
+    was started with (a standalone worker writes the executor's command line atop the executor's stderr)."""
+    flags = CLUSTER_EXECUTOR_JIT.split()
+    found = []
+    for n, earlier in enumerate(before):
+        for app in (cluster.directory / f"work{n}").glob("app-*"):
+            if app.name not in earlier:
+                for stderr in app.glob("*/stderr"):
+                    command = stderr.read_text().splitlines()[0]
+                    assert command.startswith("Spark Executor Command:"), command
+                    found.append({flag for flag in flags if f'"{flag}"' in command})
+    return found
+
+
 def test_audit_with_master_on_the_cluster_reading_zookeeper_finds_what_local_spark_finds(
         cluster, local_report, damaged_exports, zookeeper, zk_load_dump, tmp_path):  # noqa: F811 (fixtures)
     chroot = zk_load_dump(DUMP)
@@ -75,6 +91,7 @@ def test_audit_with_master_on_the_cluster_reading_zookeeper_finds_what_local_spa
     assert sum(v["entry_count"] or 0 for v in report["violations"]) > 300  # the damaged copies, entry by entry
     assert report["summary"]["ledgers_checked"] == local_report["summary"]["ledgers_checked"]
     assert _ran_on_both_workers(cluster, before)
+    assert _executor_jit_flags(cluster, before) == [set(CLUSTER_EXECUTOR_JIT.split())] * 2
 
 
 def test_spark_submit_as_the_readme_documents_finds_what_local_spark_finds(cluster, local_report, damaged_exports,
@@ -94,3 +111,4 @@ def test_spark_submit_as_the_readme_documents_finds_what_local_spark_finds(clust
     report = json.loads(done.stdout)
     assert report["violations"] == local_report["violations"]
     assert _ran_on_both_workers(cluster, before)
+    assert _executor_jit_flags(cluster, before) == [set(), set()]  # the deployer's JVM options, not the audit's

@@ -41,7 +41,7 @@ from scanner.metadata.zookeeper import ZooKeeperStore
 from scanner.repair.marks import DamagedMark, decode_mark, underreplication_path
 
 DEFAULT_MAX_UNDER_REPLICATED_MS = 24 * 3600 * 1000
-VIOLATIONS_AT_A_TIME = 10_000  # about what the driver holds while it reports them
+VIOLATIONS_AT_A_TIME = 10_000  # a range of the report: the driver holds two while it reports them
 _MARK_LEAF = re.compile(r"urL(\d+)")
 EXPORT_PARTITION = "bookie_id="  # the directories `bookie-scanner export` writes a bookie's rows into
 
@@ -88,10 +88,12 @@ class AuditResult:
         """Every violation, by ledger then category, streamed from the executors."""
         from scanner.audit.judging import violation_from_row
 
-        # ranges of a bounded size, one at a time: a sort's one coalesced partition would bring them all at once
+        # ranges of a bounded size, a job each: a sort's one coalesced partition would bring them all at once.
+        # The next range's job runs while the driver reports this one (two ranges held at most), so the
+        # executors are not idle while the driver writes, nor the driver while a range is sorted.
         parts = max(1, sum(self.counts.values()) // VIOLATIONS_AT_A_TIME)
         for row in self.violations.repartitionByRange(parts, "ledger_id").sortWithinPartitions(
-                "ledger_id", "category").toLocalIterator():
+                "ledger_id", "category").toLocalIterator(prefetchPartitions=True):
             yield violation_from_row(row)
 
     def close(self) -> None:
