@@ -1871,7 +1871,7 @@ static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
     PyObject *irregular = NULL, *result = NULL;
     Py_ssize_t n = 0;
     int failed = 0;
-    uint64_t all_set = ~0ull; /* the AND of every location's "non-zero" mask */
+    int zero = 0; /* whether a location is 0 */
     while (n < limit) {
         PyObject *pair = PyIter_Next(pairs);
         if (pair == NULL) {
@@ -1894,14 +1894,14 @@ static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
         ledgers[n] = be64(k);
         entries[n] = be64(k + 8);
         locations[n] = be64((const uint8_t *)PyBytes_AS_STRING(value));
-        all_set &= locations[n++] ? ~0ull : 0;
+        zero |= locations[n++] == 0;
         Py_DECREF(pair);
     }
     if (!failed) {
         Py_ssize_t bytes = n * (Py_ssize_t)sizeof(uint64_t);
         result = Py_BuildValue("(y#y#y#OO)", (const char *)ledgers, bytes, (const char *)entries, bytes,
                                (const char *)locations, bytes, irregular ? irregular : Py_None,
-                               all_set ? Py_False : Py_True);
+                               zero ? Py_True : Py_False);
     }
     Py_XDECREF(irregular);
     PyMem_Free(columns);
@@ -1945,7 +1945,8 @@ static PyMethodDef module_methods[] = {
     {"read_index_files", native_read_index_files, METH_VARARGS,
      "read_index_files(window) -> (counts, starts, wanted): small `.idx` files read, checked, sifted, closed"},
     {"decode_location_pairs", native_decode_location_pairs, METH_VARARGS,
-     "decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular): a `locations` DB batch"},
+     "decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular, zero): a `locations` DB "
+     "batch"},
     {"close_index_files", native_close_index_files, METH_VARARGS,
      "close_index_files(window): files opened ahead and not read, closed"},
     {NULL},

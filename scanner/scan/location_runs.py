@@ -29,6 +29,7 @@ from typing import Iterator
 from scanner.scan.location_sort import log_ids_of, merged_by_location, sorted_by_location
 from scanner.scan.native import native_code
 from scanner.scan.walk_data import ExpectedRecords
+from scanner.storage.location import zeroed_uint64
 
 RUN_ENTRIES = 1 << 18  # locations put in order in memory at once: 6 MiB of arrays
 BATCH_ENTRIES = 1 << 16  # locations of consecutive logs gathered at once for their walks: 2 MiB of arrays
@@ -73,7 +74,7 @@ class _Run:
 
     def column(self, which: int, i: int, j: int) -> array:
         """Entries [i, j) of column ``which`` (0 locations, 1 ledger ids, 2 entry ids)."""
-        values = array("Q", bytes(_WIDTH)) * (j - i)
+        values = zeroed_uint64(j - i)
         self.read_into(values, which, i, j)
         return values
 
@@ -120,7 +121,7 @@ class LocationRuns:
         n = len(entry_ids)
         start, end = self._filled, self._filled + n
         if end > len(self._locations):  # the run's columns grow to their size once, then serve every run
-            more = array("Q", bytes(8)) * (max(end, min(2 * len(self._locations), self._run_entries)) - start)
+            more = zeroed_uint64(max(end, min(2 * len(self._locations), self._run_entries)) - start)
             for column in (self._locations, self._ledger_ids, self._entry_ids):
                 del column[start:]
                 column.extend(more)
@@ -216,7 +217,7 @@ class LocationRuns:
         count = sum(j - i for _, i, j in taken)
         spare = self._spare
         if spare is None or len(spare[0]) < count or not all(_unviewed(column) for column in spare):
-            spare = self._spare = [array("Q", bytes(_WIDTH)) * max(count, BATCH_ENTRIES) for _ in range(4)]
+            spare = self._spare = [zeroed_uint64(max(count, BATCH_ENTRIES)) for _ in range(4)]
         return spare
 
     def _count(self, low: int, high: int) -> int:

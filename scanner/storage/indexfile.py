@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from scanner.scan.native import native_code
 from scanner.storage.ledgerstate import LedgerState
-from scanner.storage.location import EntryLocation, nonzero_slots
+from scanner.storage.location import EntryLocation, nonzero_slots, zeroed_uint64
 from scanner.storage.pagecache import PageCacheGuest
 
 HEADER_SIZE = 1024
@@ -137,7 +137,7 @@ def read_index_files(files: Iterable[tuple[int, str]]) -> Iterator[IndexedLedger
             yield from _read_one(ledger_id, path, guest)
         return
     files = iter(files)
-    columns, spare = ([array("Q", bytes(SLOT_SIZE)) * _WINDOW_SLOTS for _ in range(2)] for _ in range(2))
+    columns, spare = ([zeroed_uint64(_WINDOW_SLOTS) for _ in range(2)] for _ in range(2))
     window = list(islice(files, FETCH_AHEAD_FILES))
     opened = native.open_index_files([path for _, path in window], *columns)
     try:
@@ -155,7 +155,7 @@ def read_index_files(files: Iterable[tuple[int, str]]) -> Iterator[IndexedLedger
                     yield ledger_id, entry_ids[at:at + count], raw_locations[at:at + count]
             if wanted:  # files left to the Python reader for want of room: the columns grow for the windows to come
                 for column in columns:
-                    column.extend(array("Q", bytes(SLOT_SIZE)) * wanted)
+                    column.extend(zeroed_uint64(wanted))
             columns, spare = spare, columns
             window = following
     finally:

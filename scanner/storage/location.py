@@ -44,6 +44,11 @@ def nonzero_slots(slots: array, first_entry_id: int) -> tuple[array, array]:
     return uint64_array(ids), uint64_array(found)
 
 
+def zeroed_uint64(n: int) -> array:
+    """``n`` zeros as ``array('Q')``: one allocation, no Python object per value."""
+    return array("Q", bytes(8)) * n
+
+
 def uint64_array(values) -> array:
     """A pyarrow uint64 array without nulls as ``array('Q')`` (one copy, no Python object per value)."""
     return native_array(values, "Q")
