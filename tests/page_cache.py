@@ -23,10 +23,16 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 
 def cached_pages(path: Path) -> tuple[int, int]:
     """(pages of the file in the page cache, pages of the file)."""
+    cached, pages = cached_page_numbers(path)
+    return len(cached), pages
+
+
+def cached_page_numbers(path: Path) -> tuple[set[int], int]:
+    """(which pages of the file are in the page cache, pages of the file)."""
     size = path.stat().st_size
     pages = -(-size // _PAGE)
     if not size:
-        return 0, 0
+        return set(), 0
     fd = os.open(path, os.O_RDONLY)
     try:
         address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
@@ -40,5 +46,5 @@ def cached_pages(path: Path) -> tuple[int, int]:
             _libc.munmap(address, size)
     finally:
         os.close(fd)
-    return sum(byte & 1 for byte in vector.raw), pages
+    return {page for page, byte in enumerate(vector.raw) if byte & 1}, pages
 

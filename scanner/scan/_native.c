@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -1331,21 +1332,34 @@ static PyObject *native_owned_count(PyObject *m, PyObject *args) {
  *
  * The guest's rule with fewer calls for a file read whole: when it is opened, its size is taken and all of it read
  * without waiting for the disk. If that gets all of it (the bookie had it cached), it is sifted and closed at once:
- * nothing of ours to drop. Otherwise the disk is asked for its first read ahead, counted as ours (dropped at close),
- * and it is read when its window's turn comes; a window of such files is asked of the disk at once. The kernel's
- * read-ahead is left on for these reads: a read of a whole file brings in nothing past its end.
+ * nothing of ours to drop. Otherwise the disk is asked for its first read ahead, and it is read when its window's
+ * turn comes; a window of such files is asked of the disk at once. What this reader's calls on a file brought in
+ * from disk (the thread's count of blocks read, as the guest counts) is ours, dropped at close; a file they brought
+ * nothing in for was all cached (a non-blocking read also stops short at a page under a read of the bookie's). The
+ * kernel's read-ahead is left on for these reads: a read of a whole file brings in nothing past its end.
  */
 
 #define IDX_HEADER 1024
 #define IDX_SLOT 8
 #define IDX_FIRST_READ (IDX_HEADER + 64 * 1024) /* indexfile.py's HEADER_SIZE + _READ_CHUNK */
-#define IDX_FETCHED 1                           /* the first read's bytes were asked of the disk ahead: ours */
-#define IDX_NO_NOWAIT 2                         /* non-blocking reads fail on this file: every read counts as ours */
+#define IDX_FETCHED 1                           /* asking the disk for the first read ahead brought pages in: ours */
 #define IDX_LEAVE_TO_PYTHON (-1)
 #define IDX_PENDING (-2) /* opened ahead, not cached: read when its window is */
 #define IDX_MAX_DIGITS 16
 
 static int64_t PAGE_BYTES = 4096; /* the system's, set at import */
+static int READS_COUNTED = 0;     /* the kernel keeps each task's count of reads from disk (set at import) */
+
+/* This thread's reads from disk so far, in blocks. */
+static long blocks_read(void) {
+    struct rusage usage;
+    return getrusage(RUSAGE_THREAD, &usage) == 0 ? usage.ru_inblock : -1;
+}
+
+/* Whether this thread read anything from disk since it counted `before` (always, when reads are not counted). */
+static int brought_in(long before) {
+    return !READS_COUNTED || before < 0 || blocks_read() != before;
+}
 
 /* The entries of an open directory, read a buffer at a time. */
 typedef struct {
@@ -1624,16 +1638,15 @@ static Py_ssize_t read_at_open(int fd, uint8_t *buffer, Slots *out, int *flags) 
         return IDX_LEAVE_TO_PYTHON;
     }
     int64_t size = st.st_size, want = size > IDX_HEADER ? size : IDX_HEADER;
+    long before = blocks_read();
     ssize_t cached = read_cached(fd, buffer, (size_t)want, 0);
     if (cached >= size) { /* the bookie has all of it cached (or it is empty): nothing of ours to drop */
         Py_ssize_t count = sift_index(buffer, cached, size, out);
         close(fd);
         return count;
     }
-    if (cached < 0)
-        *flags |= IDX_NO_NOWAIT;
-    if (posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_WILLNEED) == 0)
-        *flags |= IDX_FETCHED;
+    if (posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_WILLNEED) != 0 || brought_in(before))
+        *flags |= IDX_FETCHED; /* (advice refused: the read fetches it, counted ours as nothing says otherwise) */
     return IDX_PENDING;
 }
 
@@ -1641,17 +1654,12 @@ static Py_ssize_t read_at_open(int fd, uint8_t *buffer, Slots *out, int *flags) 
  * and it closed. Returns how many slots it added, or IDX_LEAVE_TO_PYTHON (it added none). */
 static Py_ssize_t read_pending(int fd, int flags, uint8_t *buffer, Slots *out) {
     Py_ssize_t result = IDX_LEAVE_TO_PYTHON;
-    int ours = flags & IDX_FETCHED;
-    int64_t ours_end = ours ? IDX_FIRST_READ : 0, got = 0;
+    int64_t ours_end = flags & IDX_FETCHED ? IDX_FIRST_READ : 0, got = 0;
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_size > IDX_FIRST_READ)
         goto done;
     int64_t size = st.st_size, want = size > IDX_HEADER ? size : IDX_HEADER;
-    int64_t cached = 0;
-    if (!ours && !(flags & IDX_NO_NOWAIT)) {
-        ssize_t n = read_cached(fd, buffer, (size_t)want, 0);
-        cached = got = n < 0 ? 0 : n;
-    }
+    long before = blocks_read();
     while (got < want) {
         ssize_t n = pread(fd, buffer + got, (size_t)(want - got), got);
         if (n < 0 && errno == EINTR)
@@ -1662,7 +1670,7 @@ static Py_ssize_t read_pending(int fd, int flags, uint8_t *buffer, Slots *out) {
             break;
         got += n;
     }
-    if (ours || got > cached) { /* fetched (at least partly) from disk: every page the read touched is ours */
+    if (brought_in(before)) { /* (pages dropped since they were asked for) every page the read touched is ours */
         int64_t end = ((got > 0 ? got : 1) + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
         ours_end = end > ours_end ? end : ours_end;
     }
@@ -1960,6 +1968,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     long page = sysconf(_SC_PAGESIZE);
     if (page > 0)
         PAGE_BYTES = page;
+    READS_COUNTED = access("/proc/self/io", F_OK) == 0;
     fill_table(crc32c_table, CRC32C_POLY);
     fill_table(crc32_table, CRC32_POLY);
 #ifdef HAVE_X86_CRC32C

@@ -1,50 +1,59 @@
-"""Reading a bookie's files as a guest of its page cache: prefetch ahead of the walk, drop behind what we brought in.
+"""Reading a bookie's files as a guest of its page cache: fetch ahead of the walk, drop behind what we brought in.
 
 The bookie's hot data (the log it is writing, entries its readers tail) sits in the page cache; a
 scan that read terabytes through it would push all of that out. So whatever this reader brings
 in from disk is dropped again (``POSIX_FADV_DONTNEED``) once the walk is past it, as HDFS's block
 scanner drops behind, and what the bookie had cached is left alone.
 
-Telling the two apart: before a range is read, a non-blocking read (``RWF_NOWAIT``) says whether
-it is cached already. That answer is only worth something if nothing of ours has touched the
-range yet, and the kernel's read-ahead would: it reads far ahead of a sequential reader (megabytes),
-so every later chunk would look cached and stay. So the reader turns the kernel's read-ahead off
-for its own file descriptor (``POSIX_FADV_RANDOM``; the bookie's descriptors keep theirs) and
-reads ahead itself: while it reads from disk, it asks for the next ``PREFETCH`` bytes
-(``POSIX_FADV_WILLNEED``), which the disk fetches while the walk verifies, and counts them as its
-own. A range it prefetched is not probed again; a chunk met in a cached stretch is probed, and left
-alone when it was all cached. Only a walk prefetches: a random read of one record reads just that.
-Small files read one after another (``.idx``) are asked for a window of files ahead, each first
-probed the same way (``fetch_ahead``): the disk then fetches many at once. (An unprivileged reader
+Telling the two apart: every range is asked of the disk before it is read
+(``POSIX_FADV_WILLNEED``, which reads what is missing of it and nothing else), and the kernel's
+count of this thread's reads from disk (``getrusage``'s blocks in) says what that brought in:
+nothing (all of it was cached: the bookie's), or something (ours, all of the range: so pages of the
+bookie's in a range that was partly missing are dropped with it). A walk asks piece by piece,
+``ASK_SIZE`` at a time (that cost is bounded by a piece at each edge of a stretch the bookie has
+cached), and ahead of itself, so the disk fetches while the walk verifies.
+
+Reading without setting the kernel's read-ahead going, which would bring in megabytes nobody
+counts: it is off for this reader's descriptor (``POSIX_FADV_RANDOM``; the bookie's descriptors
+keep theirs), but a read that passes a cached page carrying the read-ahead mark (left by whoever
+read the file before: the bookie's own readers) starts the kernel's read-ahead past it all the
+same, even a non-blocking read (Linux 6.18 here). That read-ahead reads only what is missing within
+its reach (the device's read-ahead size) past the mark. So a walk keeps everything up to that reach
+past where it reads asked for (and counted) first; a read on its own (one record, a header, an
+index file) reaches the end of the file, where a read-ahead stops, or is copied out of a mapping of
+the file, where a page fault never reads ahead (:mod:`.mapped_copy`). (An unprivileged reader
 cannot ask the page cache otherwise: ``mincore`` and ``cachestat`` answer only a file's owner or
 writers, and the agent runs as a user of its own.)
-
-Where a stretch fetched from disk runs into one the bookie had cached, the prefetch may count up
-to ``PREFETCH`` bytes of the bookie's pages as ours and drop them: a bounded cost at a boundary.
 """
 
 from __future__ import annotations
 
 import os
+import resource
+
+from .mapped_copy import copy_out_of_mapping
 
 CHUNK_SIZE = 1 << 20  # a record larger than this gets a read of its own size
-PREFETCH = 2 * CHUNK_SIZE  # how far ahead of the walk the disk is kept busy while reading from it
+ASK_SIZE = 256 << 10  # a walk asks the disk for this much at a time, each piece counted ours or not on its own
+PREFETCH = 2 * CHUNK_SIZE  # the least a walk keeps asked ahead of itself, so the disk is busy while it verifies
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-_NOWAIT = getattr(os, "RWF_NOWAIT", None)
+_READS_COUNTED = os.path.exists("/proc/self/io")  # the kernel keeps each task's count of bytes read from disk
+_BLOCK = 512  # getrusage counts reads from disk in blocks of this size
+_UNKNOWN_READ_AHEAD = 16 << 20  # a device whose read-ahead size is not to be found: assume a large one
+_read_ahead_sizes: dict[int, int] = {}
 
 
 class PageCacheGuest:
     """Reads of one open file (``fd``, owned by the caller, read mostly front to back) that leave the page cache
     as found."""
 
-    __slots__ = ("fd", "_ours", "_nowait", "_stretch_from", "_stretch_to")
+    __slots__ = ("fd", "_ours", "_asked_from", "_asked_to", "_reach")
 
     def __init__(self, fd: int):
         self.fd = fd
         self._ours: list[tuple[int, int]] = []  # ranges this reader brought in, not yet dropped
-        self._nowait = _NOWAIT is not None
-        # The stretch being fetched from disk: what was read cold and what is prefetched after it.
-        self._stretch_from = self._stretch_to = 0
+        self._asked_from = self._asked_to = 0  # what a walk has asked of the disk and not yet let go of
+        self._reach = 0  # how far ahead of a walk's read everything must be asked (known at its first read)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no kernel read-ahead on our descriptor
         except OSError:
@@ -54,60 +63,72 @@ class PageCacheGuest:
         """``length`` bytes from ``offset`` (fewer only at the end of the file), in a buffer of their own, or in
         ``into`` when it is large enough (a walk reuses one buffer: a fresh megabyte each time is page faults).
 
-        ``ahead``: the walk goes on from here, so while reading from disk keep the next ``PREFETCH`` bytes
-        coming (a random read of one record must not cost megabytes of disk reads).
+        ``ahead``: a walk goes on from here, so keep what it comes to next asked of the disk (a read on its own,
+        of one record, must not cost megabytes of disk reads).
         """
         view = memoryview(into if into is not None and len(into) >= length else bytearray(length))[:length]
-        ours = self._stretch_from <= offset < self._stretch_to
-        cached = 0 if ours else self._read_cached(view, offset)
-        got = cached
-        while got < length:
+        end = offset + length
+        if ahead:
+            self._ask_ahead_of_walk(offset, end)
+            return view[:self._read_plainly(view, offset)]
+        self._ask(offset, end)
+        size = os.fstat(self.fd).st_size
+        if end < size:  # a read-ahead started past this range could bring in what nobody counts: no read(2)
+            copied = copy_out_of_mapping(self.fd, view, offset, size)
+            if copied is not None:
+                return view[:copied]
+        return view[:self._read_plainly(view, offset)]
+
+    def fetch_ahead(self, length: int) -> None:
+        """Before the first read of a small file the walk will come to soon: have the disk fetch its first
+        ``length`` bytes now (counted ours if that brings anything in)."""
+        self._ask(0, length)
+
+    def _ask_ahead_of_walk(self, offset: int, end: int) -> None:
+        """Before a walk reads [offset, end): everything from there to a read-ahead's reach past it asked of the
+        disk, piece by piece, so a read-ahead mark the read passes finds nothing missing to read."""
+        if not self._reach:
+            self._reach = max(PREFETCH, _read_ahead_size(self.fd))
+        if not self._asked_from <= offset <= self._asked_to:  # the first read, or the walk jumped
+            self._asked_from = self._asked_to = offset // _PAGE * _PAGE
+        reach = end + max(self._reach, end - offset)
+        self._ask(self._asked_to, reach, ASK_SIZE)
+        self._asked_to = max(self._asked_to, -(-reach // _PAGE) * _PAGE)
+
+    def _ask(self, start: int, end: int, piece: int = 0) -> None:
+        """Have the disk fetch what is missing of [start, end), in pieces of ``piece`` bytes (0: at once); each piece
+        that brought anything in is counted ours, a piece that brought nothing in was all cached: the bookie's."""
+        start = start // _PAGE * _PAGE
+        end = -(-end // _PAGE) * _PAGE
+        if end <= start:
+            return
+        fd, ours, step = self.fd, self._ours, piece or end - start
+        blocks = _blocks_read()
+        for at in range(start, end, step):
+            upto = min(at + step, end)
+            try:
+                os.posix_fadvise(fd, at, upto - at, os.POSIX_FADV_WILLNEED)
+            except OSError:  # then the read that follows fetches it: counted ours, as nothing says otherwise
+                ours.append((at, upto))
+                continue
+            now = _blocks_read()
+            if now != blocks or not _READS_COUNTED:
+                ours.append((at, upto))
+                blocks = now
+
+    def _read_plainly(self, view: memoryview, offset: int) -> int:
+        got = 0
+        while got < len(view):
             n = os.preadv(self.fd, [view[got:]], offset + got)
             if n == 0:
                 break
             got += n
-        if ours or got > cached:  # fetched (at least partly) from disk: ours whole, to the file's end if it ended here
-            if not self._stretch_from <= offset <= self._stretch_to:
-                self._stretch_from = offset  # a new stretch (the walk crossed one the bookie had cached)
-            # Every page the read touched came from disk or was cached with it: ours whole.
-            self._ours.append((offset // _PAGE * _PAGE, -(-(offset + max(got, 1)) // _PAGE) * _PAGE))
-            if ahead:
-                self._prefetch(max(self._stretch_to, offset + got), offset + got + PREFETCH)
-        return view[:got]
-
-    def fetch_ahead(self, length: int) -> None:
-        """Before the first read of a small file the walk will come to soon: have the disk fetch its first
-        ``length`` bytes now, unless the bookie has them cached (their first page is). Counted as ours."""
-        if not self._read_cached(memoryview(bytearray(1)), 0):
-            self._prefetch(0, length)
-
-    def _prefetch(self, start: int, end: int) -> None:
-        """Have the disk fetch [start, end) while the walk verifies what it has; counted as ours."""
-        if end <= start:
-            return
-        start = start // _PAGE * _PAGE
-        try:
-            os.posix_fadvise(self.fd, start, end - start, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            return
-        self._ours.append((start, end))
-        self._stretch_to = end
-
-    def _read_cached(self, view: memoryview, offset: int) -> int:
-        """How much of the range is already in the page cache (read into ``view`` without touching the disk)."""
-        if not self._nowait:
-            return 0
-        try:
-            return os.preadv(self.fd, [view], offset, _NOWAIT)
-        except BlockingIOError:
-            return 0
-        except OSError:  # a filesystem without non-blocking reads: treat every chunk as fetched by us
-            self._nowait = False
-            return 0
+        return got
 
     def release(self, upto: int) -> None:
         """Drop from the page cache what this reader brought in below ``upto`` (the walk is past it)."""
         cut = upto // _PAGE * _PAGE  # the page the walk is in stays until it is past it
+        self._asked_from = max(self._asked_from, cut)
         keep = []
         for start, end in _merged(self._ours):
             if end <= cut:
@@ -123,6 +144,32 @@ class PageCacheGuest:
         for start, end in _merged(self._ours):
             _drop(self.fd, start, end)
         self._ours = []
+        self._asked_from = self._asked_to = 0
+
+
+def _blocks_read() -> int:
+    """This thread's reads from disk so far, in blocks (a read-ahead it asks for is counted when it is asked)."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_inblock
+
+
+def _read_ahead_size(fd: int) -> int:
+    """The kernel's read-ahead size for the device the file is on, in bytes (its block queue's, or the backing
+    device's when it has no queue of its own: device-mapper, a partition's disk)."""
+    device = os.fstat(fd).st_dev
+    if device not in _read_ahead_sizes:
+        number = f"{os.major(device)}:{os.minor(device)}"
+        block = os.path.realpath(f"/sys/dev/block/{number}")
+        size = _UNKNOWN_READ_AHEAD
+        for path in (f"/sys/class/bdi/{number}/read_ahead_kb", f"{block}/queue/read_ahead_kb",
+                     f"{os.path.dirname(block)}/queue/read_ahead_kb"):
+            try:
+                with open(path) as sysfs:
+                    size = int(sysfs.read()) * 1024
+                break
+            except (OSError, ValueError):
+                continue
+        _read_ahead_sizes[device] = size
+    return _read_ahead_sizes[device]
 
 
 def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
