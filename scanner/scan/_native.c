@@ -877,7 +877,8 @@ static PyTypeObject WalkerType = {
 
 /* Sorting by a uint64 key, stably: a least-significant-digit radix sort over the key bits that differ.
  *
- * When the bits in which keys differ and an index fit in 64 bits together (the index's locations: a few entry logs
+ * When those bits, packed as below, make one digit, each column is moved straight to its place (sort_one_digit).
+ * Else, when the bits in which keys differ and an index fit in 64 bits together (the index's locations: a few entry logs
  * and positions within them differ in about 30 bits), each key is packed with its index into one uint64: the key's
  * bits from the lowest one that differs up, the widest gap of bits no key differs in squeezed out, above the index.
  * Those are sorted by digits of up to SORT_DIGIT bits (as few passes as that allows, the digits as even as they can
@@ -1027,6 +1028,56 @@ static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint6
     return 0;
 }
 
+/* Keys whose differing bits, packed, make one digit (the index's runs put in order of window: a few logs' and windows'
+ * bits): a stable counting sort that moves each column straight to its place, its digit read from a column of digits
+ * taken in the counting pass (no index packed with the keys, no gathers by it, no keys rebuilt). */
+static int sort_one_digit(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, const Packing s) {
+    Scratch *scratch = take_scratch(n);
+    if (scratch == NULL)
+        return -1;
+    uint64_t *moved = scratch->values;
+    uint16_t *digits = (uint16_t *)(scratch->values + scratch->capacity); /* s.bits <= SORT_DIGIT < 16 */
+    uint32_t *count = scratch->counts[0], *next = scratch->counts[1];
+    const size_t buckets = (size_t)1 << s.bits;
+    memset(count, 0, buckets * sizeof count[0]);
+    const int low = s.low, gap = s.gap, skip = s.gap + s.gap_width;
+    const uint64_t below_gap = low_bits(s.gap), above_gap = low_bits(s.bits - s.gap);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = keys[i] >> low;
+        uint16_t d = (uint16_t)((x & below_gap) | ((x >> skip) & above_gap) << gap);
+        digits[i] = d;
+        count[d]++;
+    }
+    uint32_t sum = 0; /* n < 2^32 */
+    for (size_t k = 0; k < buckets; k++) {
+        uint32_t c = count[k];
+        count[k] = sum;
+        sum += c;
+    }
+    uint64_t *columns[3] = {keys, a, b};
+    for (int c = 0; c < 3; c++) {
+        uint64_t *column = columns[c];
+        if (column == NULL)
+            continue;
+        memcpy(next, count, buckets * sizeof count[0]);
+        /* The current digit's next place kept in a register: keys of one digit come in long stretches (a ledger's
+         * locations in one window), and a counter incremented in memory per key would chain each store to the next. */
+        uint16_t current = digits[0];
+        uint32_t at = next[current];
+        for (size_t i = 0; i < n; i++) {
+            if (digits[i] != current) {
+                next[current] = at;
+                current = digits[i];
+                at = next[current];
+            }
+            moved[at++] = column[i];
+        }
+        memcpy(column, moved, n * sizeof(uint64_t));
+    }
+    give_back_scratch(scratch);
+    return 0;
+}
+
 /* (key, index) pairs sorted by the key bytes that differ, then the other columns gathered. */
 static int sort_general(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ) {
     const uint64_t sorted_bits = ~low_bits(__builtin_ctzll(differ)); /* those below `coarse` left out */
@@ -1076,8 +1127,11 @@ static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, int 
     differ &= ~low_bits(coarse);
     if (differ == 0)
         return 0; /* all equal: in order already */
+    Packing s = packing_of(differ);
+    if (s.bits <= SORT_DIGIT)
+        return sort_one_digit(keys, a, b, n, s);
     int index_bits = 64 - __builtin_clzll((uint64_t)(n - 1));
-    if (packing_of(differ).bits + index_bits <= 64)
+    if (s.bits + index_bits <= 64)
         return sort_packed(keys, a, b, n, differ, index_bits, coarse);
     return sort_general(keys, a, b, n, differ);
 }
