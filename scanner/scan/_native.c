@@ -1905,29 +1905,34 @@ static PyObject *native_close_index_files(PyObject *m, PyObject *args) {
 
 /* ---- DbLedgerStorage's `locations` DB: a cursor's pairs decoded without a Python object per pair kept ------- */
 
-/* decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular, zero): up to `limit` (key,
- * value) pairs taken from the iterator `pairs` (rocksdict's, raw) and decoded from big-endian into three columns of
- * native uint64 (bytes; fewer pairs at the iterator's end). irregular: the pair that stopped it early, a key not 16
- * bytes or a value not 8 (the caller words the error), else None. zero: whether a location is 0 (no such entry, to
- * BookKeeper). dbstorage.py's batches are the reference. */
+/* decode_location_pairs(pairs, ledgers, entries, locations) -> (count, irregular, zero): up to the columns' length
+ * (they are writable uint64 buffers of one length, at most 2^24) of (key, value) pairs taken from the iterator `pairs`
+ * (rocksdict's, raw) and decoded from big-endian into the front of the three columns (fewer pairs at the iterator's
+ * end); count: how many. irregular: the pair that stopped it early, a key not 16 bytes or a value not 8 (the caller
+ * words the error), else None. zero: whether a location is 0 (no such entry, to BookKeeper). dbstorage.py's batches
+ * are the reference. */
 static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
-    PyObject *pairs;
-    Py_ssize_t limit;
-    if (!PyArg_ParseTuple(args, "On", &pairs, &limit))
+    PyObject *pairs, *objects[3];
+    if (!PyArg_ParseTuple(args, "OOOO", &pairs, &objects[0], &objects[1], &objects[2]))
         return NULL;
-    if (limit < 0 || limit > (1 << 24)) {
-        PyErr_SetString(PyExc_ValueError, "limit must be within 0..2**24");
-        return NULL;
-    }
-    uint64_t *columns = PyMem_Malloc((size_t)(3 * limit + 1) * sizeof(uint64_t));
-    if (columns == NULL)
-        return PyErr_NoMemory();
-    uint64_t *ledgers = columns, *entries = columns + limit, *locations = columns + 2 * limit;
+    Py_buffer views[3];
+    for (int i = 0; i < 3; i++)
+        if (writable_uint64(objects[i], &views[i]) < 0) {
+            while (i--)
+                PyBuffer_Release(&views[i]);
+            return NULL;
+        }
     PyObject *irregular = NULL, *result = NULL;
-    Py_ssize_t n = 0;
     int failed = 0;
+    if (views[1].len != views[0].len || views[2].len != views[0].len || views[0].len / 8 > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "three columns of one length (at most 2**24) are filled");
+        failed = 1;
+    }
+    const Py_ssize_t limit = views[0].len / 8;
+    uint64_t *ledgers = views[0].buf, *entries = views[1].buf, *locations = views[2].buf;
+    Py_ssize_t n = 0;
     int zero = 0; /* whether a location is 0 */
-    while (n < limit) {
+    while (!failed && n < limit) {
         PyObject *pair = PyIter_Next(pairs);
         if (pair == NULL) {
             failed = PyErr_Occurred() != NULL;
@@ -1952,14 +1957,11 @@ static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
         zero |= locations[n++] == 0;
         Py_DECREF(pair);
     }
-    if (!failed) {
-        Py_ssize_t bytes = n * (Py_ssize_t)sizeof(uint64_t);
-        result = Py_BuildValue("(y#y#y#OO)", (const char *)ledgers, bytes, (const char *)entries, bytes,
-                               (const char *)locations, bytes, irregular ? irregular : Py_None,
-                               zero ? Py_True : Py_False);
-    }
+    for (int i = 0; i < 3; i++)
+        PyBuffer_Release(&views[i]);
+    if (!failed)
+        result = Py_BuildValue("(nOO)", n, irregular ? irregular : Py_None, zero ? Py_True : Py_False);
     Py_XDECREF(irregular);
-    PyMem_Free(columns);
     return result;
 }
 
@@ -2000,8 +2002,8 @@ static PyMethodDef module_methods[] = {
     {"read_index_files", native_read_index_files, METH_VARARGS,
      "read_index_files(window) -> (counts, starts, wanted): small `.idx` files read, checked, sifted, closed"},
     {"decode_location_pairs", native_decode_location_pairs, METH_VARARGS,
-     "decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular, zero): a `locations` DB "
-     "batch"},
+     "decode_location_pairs(pairs, ledgers, entries, locations) -> (count, irregular, zero): a `locations` DB "
+     "batch decoded into the columns"},
     {"close_index_files", native_close_index_files, METH_VARARGS,
      "close_index_files(window): files opened ahead and not read, closed"},
     {NULL},
