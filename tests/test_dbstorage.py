@@ -12,6 +12,7 @@ from rocksdict import Options, Rdict
 
 from corpus import reference_walker
 from scanner.scan.native import native_code
+from scanner.storage import dbstorage
 from scanner.storage.bookie import DbStorage, EntryLogFile, open_bookie
 from scanner.storage.dbstorage import (
     DbLedgerIndex,
@@ -249,12 +250,14 @@ def test_a_db_given_by_a_relative_path_opens(tmp_path, monkeypatch):
 @pytest.mark.parametrize("irregular", [None, (b"\0" * 7 + b"\3" + b"\0" * 7, location_value(1, 1028)),
                                        (location_key(2, 5000), b"\0\0\0\1")],
                          ids=["regular", "short key in the third batch", "short value in the second batch"])
-def test_locations_decoded_natively_are_what_the_python_batches_give(tmp_path, irregular):
-    # Ledgers across batch boundaries, entries without a location (0) in all but the last (whose batches have none),
-    # the storage flags' negative keys after them.
+def test_locations_decoded_natively_are_what_the_python_batches_give(tmp_path, monkeypatch, irregular):
+    # Ledgers across batch boundaries (of 4096 pairs), entries without a location (0) in all but the last three
+    # (whose batches have none), the storage flags' negative keys after them. Each ledger's arrays stay as they were handed
+    # out while later batches are decoded (the native decode fills the same columns for every batch).
+    monkeypatch.setattr(dbstorage, "_LOCATION_BATCH", 4096)
     locations = {location_key(ledger_id, entry_id): location_value(ledger_id, 1028 + entry_id)
-                 if entry_id % 7 or ledger_id == 10 else bytes(8)
-                 for ledger_id, count in [(1, 3000), (2, 6000), (3, 1), (9, 100), (10, 9000)]
+                 if entry_id % 7 or ledger_id >= 10 else bytes(8)
+                 for ledger_id, count in [(1, 3000), (2, 6000), (3, 1), (9, 100), (10, 9000), (11, 50), (12, 5000)]
                  for entry_id in range(count)}
     locations[location_key(STORAGE_FLAGS_KEY, 0)] = location_value(1, 1028)
     if irregular is not None:
@@ -268,10 +271,13 @@ def test_locations_decoded_natively_are_what_the_python_batches_give(tmp_path, i
         with DbLedgerIndex(current, tmp_path) as index:
             try:
                 for ledger_id, entry_ids, raw_locations in index.ledger_locations():
-                    found.append((ledger_id, list(entry_ids), list(raw_locations)))
+                    found.append((ledger_id, entry_ids, raw_locations))
             except MalformedDbRecord as error:
-                return found, str(error)
-        return found, None
+                return listed(found), str(error)
+        return listed(found), None
+
+    def listed(found: list) -> list:
+        return [(ledger_id, list(entry_ids), list(raw_locations)) for ledger_id, entry_ids, raw_locations in found]
 
     assert native_code() is not None, "the native code is not built"
     native = read()
@@ -279,7 +285,8 @@ def test_locations_decoded_natively_are_what_the_python_batches_give(tmp_path, i
         assert read() == native
     found, error = native
     if irregular is None:
-        assert error is None and [ledger_id for ledger_id, _, _ in found] == [1, 2, 3, 9, 10]
+        assert error is None and [ledger_id for ledger_id, _, _ in found] == [1, 2, 3, 9, 10, 11, 12]
         assert found[1][1] == [e for e in range(6000) if e % 7] and found[4][1] == list(range(9000))
+        assert found[5][1] == list(range(50)) and found[5][2] == [11 << 32 | 1028 + e for e in range(50)]
     else:
         assert error is not None and str(current) in error and [ledger_id for ledger_id, _, _ in found] == [1]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from array import array
 
+import pytest
+
 from scanner.scan import location_runs
 from scanner.scan.location_runs import LocationRuns
 
@@ -43,8 +45,12 @@ def test_no_locations_no_logs(tmp_path):
         assert runs.entry_log_ids() == [] and list(runs.windows(0)) == []
 
 
-def test_runs_longer_than_a_fence_are_searched_right(tmp_path):
-    # Runs of thousands of locations: a search goes through the fences kept in memory, then one block of the file.
+@pytest.mark.parametrize("fence, by_windows", [(512, False), (8, True)])
+def test_runs_longer_than_a_fence_are_searched_right(tmp_path, monkeypatch, fence, by_windows):
+    # Runs of thousands of locations in 40 logs' windows: with one fence in 512 locations, more windows than fences, so
+    # a search goes through the fences kept in memory, then one block of the file; with one in 8, fewer windows than
+    # fences, so each run keeps where its windows start and a search reads nothing.
+    monkeypatch.setattr(location_runs, "FENCE", fence)
     rng = random.Random(7)
     placed = {}
     with LocationRuns(tmp_path, run_entries=3000) as runs:
@@ -54,6 +60,7 @@ def test_runs_longer_than_a_fence_are_searched_right(tmp_path):
             placed.update({(ledger_id, e): w for e, w in zip(entries, where)})
             runs.add(ledger_id, entries, array("Q", (encoded(*w) for w in where)))
         runs.finish()
+        assert len(runs._runs) > 1 and all((run._windows is not None) == by_windows for run in runs._runs)
         for log in range(41):
             expected = sorted(pos for at, pos in placed.values() if at == log)
             for start_pos in (0, 1024, rng.randrange(1 << 20), expected[len(expected) // 2] if expected else 5):

@@ -71,13 +71,16 @@ def merged_in_place(locations: array, ledger_ids: array, entry_ids: array) -> tu
 @given(runs=st.lists(locations, max_size=5),
        small=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**33)), max_size=300),
        tied=st.lists(st.tuples(st.sampled_from([0, 1, 2**31, 2**40 + 5, 2**63]), st.integers(0, 3)), max_size=300),
+       few=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 253)), max_size=100),
        coarse=st.sampled_from([0, 1, 17, 26, 40]))
-def test_sorting_and_merging_locations_natively_gives_what_pyarrow_gives(runs, small, tied, coarse):
+def test_sorting_and_merging_locations_natively_gives_what_pyarrow_gives(runs, small, tied, few, coarse):
     # Locations that mostly differ in a few bytes too (a few logs, positions below 2**33: packed with their index,
-    # the gap between the bits of the log and the position squeezed out), and many equal ones (ties keep their order).
+    # the gap between the bits of the log and the position squeezed out), many equal ones (ties keep their order), and
+    # some that differ in one digit's bits (moved straight to their places, in stretches of one digit or not).
     # The runs are put in order of location >> coarse only (by window of positions), as the scan spills them.
-    runs = runs + [[((log << 32) | pos, log, pos) for log, pos in small], [(key, i, tag) for i, (key, tag) in
-                                                                           enumerate(tied)]]
+    runs = runs + [[((log << 32) | pos, log, pos) for log, pos in small],
+                   [((log << 32) | pos + k, pos, k) for log, pos in few for k in range(3)],
+                   [(key, i, tag) for i, (key, tag) in enumerate(tied)]]
 
     def both(operation, *arguments):
         native = operation(*[copy(argument) for argument in arguments])
@@ -95,11 +98,11 @@ def test_sorting_and_merging_locations_natively_gives_what_pyarrow_gives(runs, s
     assert list(merged[0]) == sorted(loc for run in runs for loc, _, _ in run)
     assert list(merged[3]) == [loc & 0xFFFFFFFF for loc in merged[0]]
     # a run is sorted where it is filled, the front of larger columns
-    wider = [array("Q", list(column) + [7] * 5) for column in zip(*runs[-2])] if runs[-2] else []
+    wider = [array("Q", list(column) + [7] * 5) for column in zip(*runs[-3])] if runs[-3] else []
     if wider:
-        native = sorted_by_location(*(memoryview(column)[:len(runs[-2])] for column in wider))
-        assert list(zip(*native)) == sorted(runs[-2], key=lambda triple: triple[0])
-        assert all(list(column[len(runs[-2]):]) == [7] * 5 for column in wider)
+        native = sorted_by_location(*(memoryview(column)[:len(runs[-3])] for column in wider))
+        assert list(zip(*native)) == sorted(runs[-3], key=lambda triple: triple[0])
+        assert all(list(column[len(runs[-3]):]) == [7] * 5 for column in wider)
 
 
 @settings(max_examples=200, deadline=None)

@@ -878,18 +878,20 @@ static PyTypeObject WalkerType = {
 
 /* Sorting by a uint64 key, stably: a least-significant-digit radix sort over the key bits that differ.
  *
- * When the bits in which keys differ and an index fit in 64 bits together (the index's locations: a few entry logs
+ * When those bits, packed as below, make one digit, each column is moved straight to its place (sort_one_digit).
+ * Else, when the bits in which keys differ and an index fit in 64 bits together (the index's locations: a few entry logs
  * and positions within them differ in about 30 bits), each key is packed with its index into one uint64: the key's
  * bits from the lowest one that differs up, the widest gap of bits no key differs in squeezed out, above the index.
  * Those are sorted by digits of up to SORT_DIGIT bits (as few passes as that allows, the digits as even as they can
- * be: 24 bits in two passes of 12, not three of 11, 11 and 2; those digits that differ, every pass's counts taken in
+ * be: 24 bits in three passes of 8, not 10, 10 and 4; those digits that differ, every pass's counts taken in
  * one pass over the keys), the other columns then gathered by the index the low bits hold, and the keys rebuilt from
  * the high bits. Otherwise (key, index) pairs are sorted by the key's bytes that differ.
  *
  * Keys may be sorted by their bits from `coarse` up only (the index's runs: by window of positions, the order within
  * one left as it came); the keys are then gathered by the index like the other columns. */
 
-#define SORT_DIGIT 12 /* 4096 counters of 4 bytes: 16 KiB, within the L1 cache with the lines being written */
+#define SORT_DIGIT 10 /* 1024 counters of 4 bytes: 4 KiB. At 12 (24 bits in two passes of 12, not three of 8) a log's 10^5
+                         * locations of equal-sized records took 25 ns each, at 10 18-20; random positions the same */
 #define SORT_BUCKETS (1u << SORT_DIGIT)
 #define SORT_PASSES ((64 + SORT_DIGIT - 1) / SORT_DIGIT)
 
@@ -1028,6 +1030,56 @@ static int sort_packed(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint6
     return 0;
 }
 
+/* Keys whose differing bits, packed, make one digit (the index's runs put in order of window: a few logs' and windows'
+ * bits): a stable counting sort that moves each column straight to its place, its digit read from a column of digits
+ * taken in the counting pass (no index packed with the keys, no gathers by it, no keys rebuilt). */
+static int sort_one_digit(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, const Packing s) {
+    Scratch *scratch = take_scratch(n);
+    if (scratch == NULL)
+        return -1;
+    uint64_t *moved = scratch->values;
+    uint16_t *digits = (uint16_t *)(scratch->values + scratch->capacity); /* s.bits <= SORT_DIGIT < 16 */
+    uint32_t *count = scratch->counts[0], *next = scratch->counts[1];
+    const size_t buckets = (size_t)1 << s.bits;
+    memset(count, 0, buckets * sizeof count[0]);
+    const int low = s.low, gap = s.gap, skip = s.gap + s.gap_width;
+    const uint64_t below_gap = low_bits(s.gap), above_gap = low_bits(s.bits - s.gap);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = keys[i] >> low;
+        uint16_t d = (uint16_t)((x & below_gap) | ((x >> skip) & above_gap) << gap);
+        digits[i] = d;
+        count[d]++;
+    }
+    uint32_t sum = 0; /* n < 2^32 */
+    for (size_t k = 0; k < buckets; k++) {
+        uint32_t c = count[k];
+        count[k] = sum;
+        sum += c;
+    }
+    uint64_t *columns[3] = {keys, a, b};
+    for (int c = 0; c < 3; c++) {
+        uint64_t *column = columns[c];
+        if (column == NULL)
+            continue;
+        memcpy(next, count, buckets * sizeof count[0]);
+        /* The current digit's next place kept in a register: keys of one digit come in long stretches (a ledger's
+         * locations in one window), and a counter incremented in memory per key would chain each store to the next. */
+        uint16_t current = digits[0];
+        uint32_t at = next[current];
+        for (size_t i = 0; i < n; i++) {
+            if (digits[i] != current) {
+                next[current] = at;
+                current = digits[i];
+                at = next[current];
+            }
+            moved[at++] = column[i];
+        }
+        memcpy(column, moved, n * sizeof(uint64_t));
+    }
+    give_back_scratch(scratch);
+    return 0;
+}
+
 /* (key, index) pairs sorted by the key bytes that differ, then the other columns gathered. */
 static int sort_general(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, uint64_t differ) {
     const uint64_t sorted_bits = ~low_bits(__builtin_ctzll(differ)); /* those below `coarse` left out */
@@ -1077,8 +1129,11 @@ static int sort_triples(uint64_t *keys, uint64_t *a, uint64_t *b, size_t n, int 
     differ &= ~low_bits(coarse);
     if (differ == 0)
         return 0; /* all equal: in order already */
+    Packing s = packing_of(differ);
+    if (s.bits <= SORT_DIGIT)
+        return sort_one_digit(keys, a, b, n, s);
     int index_bits = 64 - __builtin_clzll((uint64_t)(n - 1));
-    if (packing_of(differ).bits + index_bits <= 64)
+    if (s.bits + index_bits <= 64)
         return sort_packed(keys, a, b, n, differ, index_bits, coarse);
     return sort_general(keys, a, b, n, differ);
 }
@@ -1858,29 +1913,34 @@ static PyObject *native_close_index_files(PyObject *m, PyObject *args) {
 
 /* ---- DbLedgerStorage's `locations` DB: a cursor's pairs decoded without a Python object per pair kept ------- */
 
-/* decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular, zero): up to `limit` (key,
- * value) pairs taken from the iterator `pairs` (rocksdict's, raw) and decoded from big-endian into three columns of
- * native uint64 (bytes; fewer pairs at the iterator's end). irregular: the pair that stopped it early, a key not 16
- * bytes or a value not 8 (the caller words the error), else None. zero: whether a location is 0 (no such entry, to
- * BookKeeper). dbstorage.py's batches are the reference. */
+/* decode_location_pairs(pairs, ledgers, entries, locations) -> (count, irregular, zero): up to the columns' length
+ * (they are writable uint64 buffers of one length, at most 2^24) of (key, value) pairs taken from the iterator `pairs`
+ * (rocksdict's, raw) and decoded from big-endian into the front of the three columns (fewer pairs at the iterator's
+ * end); count: how many. irregular: the pair that stopped it early, a key not 16 bytes or a value not 8 (the caller
+ * words the error), else None. zero: whether a location is 0 (no such entry, to BookKeeper). dbstorage.py's batches
+ * are the reference. */
 static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
-    PyObject *pairs;
-    Py_ssize_t limit;
-    if (!PyArg_ParseTuple(args, "On", &pairs, &limit))
+    PyObject *pairs, *objects[3];
+    if (!PyArg_ParseTuple(args, "OOOO", &pairs, &objects[0], &objects[1], &objects[2]))
         return NULL;
-    if (limit < 0 || limit > (1 << 24)) {
-        PyErr_SetString(PyExc_ValueError, "limit must be within 0..2**24");
-        return NULL;
-    }
-    uint64_t *columns = PyMem_Malloc((size_t)(3 * limit + 1) * sizeof(uint64_t));
-    if (columns == NULL)
-        return PyErr_NoMemory();
-    uint64_t *ledgers = columns, *entries = columns + limit, *locations = columns + 2 * limit;
+    Py_buffer views[3];
+    for (int i = 0; i < 3; i++)
+        if (writable_uint64(objects[i], &views[i]) < 0) {
+            while (i--)
+                PyBuffer_Release(&views[i]);
+            return NULL;
+        }
     PyObject *irregular = NULL, *result = NULL;
-    Py_ssize_t n = 0;
     int failed = 0;
+    if (views[1].len != views[0].len || views[2].len != views[0].len || views[0].len / 8 > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "three columns of one length (at most 2**24) are filled");
+        failed = 1;
+    }
+    const Py_ssize_t limit = views[0].len / 8;
+    uint64_t *ledgers = views[0].buf, *entries = views[1].buf, *locations = views[2].buf;
+    Py_ssize_t n = 0;
     int zero = 0; /* whether a location is 0 */
-    while (n < limit) {
+    while (!failed && n < limit) {
         PyObject *pair = PyIter_Next(pairs);
         if (pair == NULL) {
             failed = PyErr_Occurred() != NULL;
@@ -1905,14 +1965,11 @@ static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
         zero |= locations[n++] == 0;
         Py_DECREF(pair);
     }
-    if (!failed) {
-        Py_ssize_t bytes = n * (Py_ssize_t)sizeof(uint64_t);
-        result = Py_BuildValue("(y#y#y#OO)", (const char *)ledgers, bytes, (const char *)entries, bytes,
-                               (const char *)locations, bytes, irregular ? irregular : Py_None,
-                               zero ? Py_True : Py_False);
-    }
+    for (int i = 0; i < 3; i++)
+        PyBuffer_Release(&views[i]);
+    if (!failed)
+        result = Py_BuildValue("(nOO)", n, irregular ? irregular : Py_None, zero ? Py_True : Py_False);
     Py_XDECREF(irregular);
-    PyMem_Free(columns);
     return result;
 }
 
@@ -1953,8 +2010,8 @@ static PyMethodDef module_methods[] = {
     {"read_index_files", native_read_index_files, METH_VARARGS,
      "read_index_files(window) -> (counts, starts, wanted): small `.idx` files read, checked, sifted, closed"},
     {"decode_location_pairs", native_decode_location_pairs, METH_VARARGS,
-     "decode_location_pairs(pairs, limit) -> (ledger ids, entry ids, locations, irregular, zero): a `locations` DB "
-     "batch"},
+     "decode_location_pairs(pairs, ledgers, entries, locations) -> (count, irregular, zero): a `locations` DB "
+     "batch decoded into the columns"},
     {"close_index_files", native_close_index_files, METH_VARARGS,
      "close_index_files(window): files opened ahead and not read, closed"},
     {NULL},

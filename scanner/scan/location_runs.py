@@ -34,16 +34,19 @@ from scanner.storage.location import zeroed_uint64
 RUN_ENTRIES = 1 << 18  # locations put in order in memory at once: 6 MiB of arrays
 BATCH_ENTRIES = 1 << 16  # locations of consecutive logs gathered at once for their walks: 2 MiB of arrays
 WINDOW_BYTES = 64 << 20  # positions of one log gathered at once for its walk, when it alone has more
-FENCE = 512  # one location in this many stays in memory: a search reads the 4 KiB between two of them
+FENCE = 512  # one location in this many stays in memory: a search reads the 4 KiB between two of them (unless a run
+# has no more windows than fences: it then keeps where each window starts, and a search reads nothing)
 _WIDTH = 8  # bytes of a native uint64
 _AS_THEY_ARE = (0, 0, 0, 0, 64, _WIDTH)  # a column's code when stored as native uint64: no packing
 
 
 class _Run:
     """One run in the runs file, in order of window (location >> ``shift``): three columns (location, ledger, entry),
-    each from its offset in ``starts``, stored as its code says (``_native.narrow``; ``_AS_THEY_ARE``: uint64)."""
+    each from its offset in ``starts``, stored as its code says (``_native.narrow``; ``_AS_THEY_ARE``: uint64).
 
-    __slots__ = ("_fd", "_codec", "_starts", "_codes", "_shift", "count", "_fences")
+    A run of few windows (no more than it has fences) keeps each window's first index; any other keeps its fences."""
+
+    __slots__ = ("_fd", "_codec", "_starts", "_codes", "_shift", "count", "_fences", "_windows")
 
     def __init__(self, fd: int, codec, starts: list[int], codes: list[tuple], shift: int,
                  locations: array | memoryview):
@@ -53,7 +56,8 @@ class _Run:
         self._codes = codes
         self._shift = shift
         self.count = len(locations)
-        self._fences = array("Q", locations[::FENCE])
+        self._windows = _window_starts(locations, shift, len(locations) // FENCE)
+        self._fences = array("Q", locations[::FENCE]) if self._windows is None else None
 
     def span(self, low: int, high: int, start: int = 0) -> tuple[int, int]:
         """Indexes [i, j) of the locations in the windows [low, high) touches, searching from ``start``."""
@@ -64,6 +68,10 @@ class _Run:
     def _first_at_least(self, value: int, start: int) -> int:
         """The index of the first location >= ``value``, a window's first, from ``start`` on (``count`` if none): the
         locations below it are those of the windows before it, all of them first in the run."""
+        if self._windows is not None:
+            windows, firsts = self._windows
+            k = bisect.bisect_left(windows, value >> self._shift)
+            return max(start, firsts[k] if k < len(windows) else self.count)
         block = bisect.bisect_left(self._fences, value) - 1  # it lies in the FENCE locations after this fence
         if block < 0:
             return start
@@ -93,6 +101,21 @@ class _Run:
                 self._codec.widen(data, values, code)
         if read != want:
             raise OSError(f"the locations' scratch file ended before entry {j} of a run")
+
+
+def _window_starts(locations: array | memoryview, shift: int, most: int) -> tuple[array, array] | None:
+    """The windows (location >> ``shift``) of ``locations``, which are in window order, and the index of each one's
+    first location; None when there are more than ``most`` windows."""
+    windows, firsts = array("Q"), array("Q")
+    i = 0
+    while i < len(locations):
+        if len(windows) == most:
+            return None
+        window = locations[i] >> shift
+        windows.append(window)
+        firsts.append(i)
+        i = bisect.bisect_left(locations, (window + 1) << shift, i)
+    return windows, firsts
 
 
 class LocationRuns:

@@ -29,7 +29,7 @@ from rocksdict import AccessType, Options, Rdict, ReadOptions
 
 from scanner.scan.native import native_code
 from scanner.storage.ledgerstate import LedgerState
-from scanner.storage.location import EntryLocation
+from scanner.storage.location import EntryLocation, zeroed_uint64
 
 LEDGER_KEY = struct.Struct(">q")
 LOCATION_KEY = struct.Struct(">qq")
@@ -38,7 +38,7 @@ LEDGERS_DB = "ledgers"
 LOCATIONS_DB = "locations"
 # files RocksDB only reads in a read-only open; WAL files share the .log suffix with nothing else here
 _DB_FILES = re.compile(r"CURRENT|IDENTITY|MANIFEST-\d+|OPTIONS-\d+|\d+\.(?:sst|log|blob)")
-_LOCATION_BATCH = 4096  # pairs a cursor hands over at once: each is two bytes objects
+_LOCATION_BATCH = 1 << 15  # pairs a cursor hands over at once (each is two bytes objects): 768 KiB of columns
 _LITTLE_ENDIAN_HOST = sys.byteorder == "little"
 _KEY, _VALUE = itemgetter(0), itemgetter(1)
 _OPEN_ATTEMPTS = 3  # a live bookie may replace a file between listing the dir and opening it
@@ -235,32 +235,34 @@ class DbLedgerIndex:
 
         One cursor over the whole DB, read in batches and decoded without a Python object per entry.
         """
-        ledger_id, entry_ids, raw_locations = None, array("Q"), array("Q")
-        for ledgers, entries, found, zero in self._location_batches():
+        ledger_id, entry_ids, raw_locations = None, None, None
+        for ledgers, entries, found, count, zero in self._location_batches():
             i = 0
-            while i < len(ledgers):
+            while i < count:
                 current = ledgers[i]
                 if current >= 1 << 63:
                     break  # negative keys sort after every ledger
-                j = bisect.bisect_right(ledgers, current, i)
-                if current != ledger_id:
-                    if ledger_id is not None:
-                        yield ledger_id, entry_ids, raw_locations
-                    ledger_id, entry_ids, raw_locations = current, array("Q"), array("Q")
-                part_ids, part = entries[i:j], found[i:j]
+                j = bisect.bisect_right(ledgers, current, i, count)
+                part_ids, part = entries[i:j], found[i:j]  # copies: the batch's columns serve the next batch
                 if zero and 0 in part:  # 0 reads as "no such entry" in BookKeeper
                     keep = [k for k, raw in enumerate(part) if raw]
                     part_ids, part = array("Q", (part_ids[k] for k in keep)), array("Q", (part[k] for k in keep))
-                entry_ids.extend(part_ids)
-                raw_locations.extend(part)
+                if current != ledger_id:
+                    if ledger_id is not None:
+                        yield ledger_id, entry_ids, raw_locations
+                    ledger_id, entry_ids, raw_locations = current, part_ids, part
+                else:  # the ledger goes on from the batch before
+                    entry_ids.extend(part_ids)
+                    raw_locations.extend(part)
                 i = j
         if ledger_id is not None:
             yield ledger_id, entry_ids, raw_locations
 
-    def _location_batches(self) -> Iterator[tuple[array, array, array, bool]]:
-        """(ledger ids, entry ids, encoded locations, whether a location is 0) of the `locations` DB's pairs in key
-        order, _LOCATION_BATCH pairs at a time, each batch checked whole before it is handed out: in the scan's native
-        code when it runs (:mod:`scanner.scan.native`), else from the batches' bytes joined."""
+    def _location_batches(self) -> Iterator[tuple[array, array, array, int, bool]]:
+        """(ledger ids, entry ids, encoded locations, how many of them, whether one of those locations is 0) of the
+        `locations` DB's pairs in key order, _LOCATION_BATCH pairs at a time, each batch checked whole before it is
+        handed out: in the scan's native code when it runs (:mod:`scanner.scan.native`), decoded into three columns that
+        serve every batch (valid until the next one), else from the batches' bytes joined."""
         start = LOCATION_KEY.pack(0, 0)
         native = native_code()
         if native is None:
@@ -271,16 +273,17 @@ class DbLedgerIndex:
                 if _LITTLE_ENDIAN_HOST:
                     pairs.byteswap()
                     found.byteswap()
-                yield pairs[0::2], pairs[1::2], found, 0 in found
+                yield pairs[0::2], pairs[1::2], found, len(found), 0 in found
             return
         pairs = self._locations.pairs_from(start)
+        columns = [zeroed_uint64(_LOCATION_BATCH) for _ in range(3)]
         while True:
-            ledgers, entries, found, irregular, zero = native.decode_location_pairs(pairs, _LOCATION_BATCH)
+            count, irregular, zero = native.decode_location_pairs(pairs, *columns)
             if irregular is not None:
                 self._check_batch([irregular[0]], [irregular[1]])  # raises: a key or a value of the wrong size
-            if not ledgers:
+            if not count:
                 return
-            yield array("Q", ledgers), array("Q", entries), array("Q", found), zero
+            yield *columns, count, zero
 
     def _check_batch(self, keys: list[bytes], values: list[bytes]) -> None:
         for key, value in zip(keys, values):
