@@ -18,10 +18,11 @@ counts: it is off for this reader's descriptor (``POSIX_FADV_RANDOM``; the booki
 keep theirs), but a read that passes a cached page carrying the read-ahead mark (left by whoever
 read the file before: the bookie's own readers) starts the kernel's read-ahead past it all the
 same, even a non-blocking read (Linux 6.18 here). That read-ahead reads only what is missing within
-its reach (the device's read-ahead size) past the mark. So a walk keeps everything up to that reach
-past where it reads asked for (and counted) first; a read on its own (one record, a header, an
-index file) reaches the end of the file, where a read-ahead stops, or is copied out of a mapping of
-the file, where a page fault never reads ahead (:mod:`.mapped_copy`). (An unprivileged reader
+its reach (the device's read-ahead size) past the mark, and never past the end of the file. So a
+walk keeps everything up to that reach past where it reads asked for (and counted) first; a read on
+its own (one record, a header, an index file) asks for the rest of the file too when little is left
+of it (``CHUNK_SIZE`` at most), and else is copied out of a mapping of the file, where a page fault
+never reads ahead (:mod:`.mapped_copy`). (An unprivileged reader
 cannot ask the page cache otherwise: ``mincore`` and ``cachestat`` answer only a file's owner or
 writers, and the agent runs as a user of its own.)
 """
@@ -52,7 +53,7 @@ class PageCacheGuest:
     def __init__(self, fd: int):
         self.fd = fd
         self._ours: list[tuple[int, int]] = []  # ranges this reader brought in, not yet dropped
-        self._asked_from = self._asked_to = 0  # what a walk has asked of the disk and not yet let go of
+        self._asked_from = self._asked_to = 0  # the stretch asked of the disk and not yet let go of
         self._reach = 0  # how far ahead of a walk's read everything must be asked (known at its first read)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no kernel read-ahead on our descriptor
@@ -64,36 +65,45 @@ class PageCacheGuest:
         ``into`` when it is large enough (a walk reuses one buffer: a fresh megabyte each time is page faults).
 
         ``ahead``: a walk goes on from here, so keep what it comes to next asked of the disk (a read on its own,
-        of one record, must not cost megabytes of disk reads).
+        of one record, must not cost megabytes of disk reads: it asks for at most ``CHUNK_SIZE`` more).
         """
         view = memoryview(into if into is not None and len(into) >= length else bytearray(length))[:length]
         end = offset + length
-        if ahead:
-            self._ask_ahead_of_walk(offset, end)
-            return view[:self._read_plainly(view, offset)]
-        self._ask(offset, end)
         size = os.fstat(self.fd).st_size
-        if end < size:  # a read-ahead started past this range could bring in what nobody counts: no read(2)
+        if ahead:
+            self._ask_ahead_of_walk(offset, end, size)
+            return view[:self._read_plainly(view, offset)]
+        if size - end > CHUNK_SIZE:  # a read-ahead started past this range could bring in what nobody counts
+            self._ask_once(offset, end)
             copied = copy_out_of_mapping(self.fd, view, offset, size)
             if copied is not None:
                 return view[:copied]
+        else:
+            self._ask_once(offset, size)  # the rest of the file, little: then a read-ahead has nothing left to read
         return view[:self._read_plainly(view, offset)]
 
     def fetch_ahead(self, length: int) -> None:
         """Before the first read of a small file the walk will come to soon: have the disk fetch its first
         ``length`` bytes now (counted ours if that brings anything in)."""
-        self._ask(0, length)
+        self._ask_once(0, length)
 
-    def _ask_ahead_of_walk(self, offset: int, end: int) -> None:
-        """Before a walk reads [offset, end): everything from there to a read-ahead's reach past it asked of the
-        disk, piece by piece, so a read-ahead mark the read passes finds nothing missing to read."""
+    def _ask_ahead_of_walk(self, offset: int, end: int, size: int) -> None:
+        """Before a walk reads [offset, end) of a file of ``size`` bytes: everything from there to a read-ahead's
+        reach past it (or to the end of the file) asked of the disk, piece by piece, so a read-ahead mark the read
+        passes finds nothing missing to read."""
         if not self._reach:
             self._reach = max(PREFETCH, _read_ahead_size(self.fd))
-        if not self._asked_from <= offset <= self._asked_to:  # the first read, or the walk jumped
-            self._asked_from = self._asked_to = offset // _PAGE * _PAGE
-        reach = end + max(self._reach, end - offset)
-        self._ask(self._asked_to, reach, ASK_SIZE)
-        self._asked_to = max(self._asked_to, -(-reach // _PAGE) * _PAGE)
+        self._ask_once(offset, max(end, min(end + max(self._reach, end - offset), size)), ASK_SIZE)
+
+    def _ask_once(self, start: int, end: int, piece: int = 0) -> None:
+        """``_ask`` but for what was asked already and not let go of since: the stretch asked goes on from
+        ``start``, or a new one starts there (the first read, or one elsewhere)."""
+        end = -(-end // _PAGE) * _PAGE
+        if not self._asked_from <= start <= self._asked_to:
+            self._asked_from = self._asked_to = start // _PAGE * _PAGE
+        if end > self._asked_to:
+            self._ask(self._asked_to, end, piece)
+            self._asked_to = end
 
     def _ask(self, start: int, end: int, piece: int = 0) -> None:
         """Have the disk fetch what is missing of [start, end), in pieces of ``piece`` bytes (0: at once); each piece
