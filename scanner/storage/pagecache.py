@@ -39,7 +39,6 @@ ASK_SIZE = 256 << 10  # a walk asks the disk for this much at a time, each piece
 PREFETCH = 2 * CHUNK_SIZE  # the least a walk keeps asked ahead of itself, so the disk is busy while it verifies
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _READS_COUNTED = os.path.exists("/proc/self/io")  # the kernel keeps each task's count of bytes read from disk
-_BLOCK = 512  # getrusage counts reads from disk in blocks of this size
 _UNKNOWN_READ_AHEAD = 16 << 20  # a device whose read-ahead size is not to be found: assume a large one
 _read_ahead_sizes: dict[int, int] = {}
 
