@@ -753,6 +753,17 @@ static int uint64_buffer(PyObject *object, Py_buffer *view, int writable) {
 static int uint64_column(PyObject *object, Py_buffer *view) { return uint64_buffer(object, view, 0); }
 static int writable_uint64(PyObject *object, Py_buffer *view) { return uint64_buffer(object, view, 1); }
 
+/* `n` such buffers, all of them or none (those taken let go of again when one fails). */
+static int uint64_columns(PyObject *const *objects, Py_buffer *views, int n, int writable) {
+    for (int i = 0; i < n; i++)
+        if (uint64_buffer(objects[i], &views[i], writable) < 0) {
+            while (i--)
+                PyBuffer_Release(&views[i]);
+            return -1;
+        }
+    return 0;
+}
+
 static PyObject *Walker_set_window(Walker *w, PyObject *args) {
     PyObject *columns[3];
     PyObject *end;
@@ -769,12 +780,8 @@ static PyObject *Walker_set_window(Walker *w, PyObject *args) {
         PyErr_Clear(); /* 2**64: past every location */
     }
     Py_buffer views[3];
-    for (int i = 0; i < 3; i++)
-        if (uint64_column(columns[i], &views[i]) < 0) {
-            while (i--)
-                PyBuffer_Release(&views[i]);
-            return NULL;
-        }
+    if (uint64_columns(columns, views, 3, 0) < 0)
+        return NULL;
     if (views[0].len != views[1].len || views[0].len != views[2].len) {
         for (int i = 0; i < 3; i++)
             PyBuffer_Release(&views[i]);
@@ -1152,12 +1159,8 @@ static PyObject *native_sort_by_location(PyObject *m, PyObject *args) {
     }
     int columns = objects[3] == NULL || objects[3] == Py_None ? 3 : 4;
     Py_buffer views[4];
-    for (int i = 0; i < columns; i++)
-        if (writable_uint64(objects[i], &views[i]) < 0) {
-            while (i--)
-                PyBuffer_Release(&views[i]);
-            return NULL;
-        }
+    if (uint64_columns(objects, views, columns, 1) < 0)
+        return NULL;
     size_t n = (size_t)(views[0].len / 8);
     int failed = 0;
     for (int i = 1; i < columns; i++)
@@ -1191,12 +1194,8 @@ static PyObject *native_sort_pairs(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OO", &objects[0], &objects[1]))
         return NULL;
     Py_buffer views[2];
-    if (writable_uint64(objects[0], &views[0]) < 0)
+    if (uint64_columns(objects, views, 2, 1) < 0)
         return NULL;
-    if (writable_uint64(objects[1], &views[1]) < 0) {
-        PyBuffer_Release(&views[0]);
-        return NULL;
-    }
     size_t n = (size_t)(views[0].len / 8);
     int failed = 0;
     if (views[1].len != views[0].len || n > UINT32_MAX) {
@@ -1825,10 +1824,7 @@ static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
         }
     }
     if (window != NULL) {
-        if (writable_uint64(columns[0], &window->views[0]) < 0) {
-            Py_CLEAR(window);
-        } else if (writable_uint64(columns[1], &window->views[1]) < 0) {
-            PyBuffer_Release(&window->views[0]);
+        if (uint64_columns(columns, window->views, 2, 1) < 0) {
             Py_CLEAR(window);
         } else {
             window->viewing = 1;
@@ -1924,12 +1920,8 @@ static PyObject *native_decode_location_pairs(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOO", &pairs, &objects[0], &objects[1], &objects[2]))
         return NULL;
     Py_buffer views[3];
-    for (int i = 0; i < 3; i++)
-        if (writable_uint64(objects[i], &views[i]) < 0) {
-            while (i--)
-                PyBuffer_Release(&views[i]);
-            return NULL;
-        }
+    if (uint64_columns(objects, views, 3, 1) < 0)
+        return NULL;
     PyObject *irregular = NULL, *result = NULL;
     int failed = 0;
     if (views[1].len != views[0].len || views[2].len != views[0].len || views[0].len / 8 > (1 << 24)) {

@@ -105,12 +105,9 @@ class PageCacheGuest:
             self._asked_to = end
 
     def _ask(self, start: int, end: int, piece: int = 0) -> None:
-        """Have the disk fetch what is missing of [start, end), in pieces of ``piece`` bytes (0: at once); each piece
-        that brought anything in is counted ours, a piece that brought nothing in was all cached: the bookie's."""
-        start = start // _PAGE * _PAGE
-        end = -(-end // _PAGE) * _PAGE
-        if end <= start:
-            return
+        """Have the disk fetch what is missing of [start, end) (whole pages, ``end`` past ``start``), in pieces of
+        ``piece`` bytes (0: at once); each piece that brought anything in is counted ours, a piece that brought
+        nothing in was all cached: the bookie's."""
         fd, ours, step = self.fd, self._ours, piece or end - start
         blocks = _blocks_read()
         for at in range(start, end, step):
