@@ -19,10 +19,19 @@ cluster: two of either at once would starve each other of the machine's cores.
 from __future__ import annotations
 
 import itertools
+import random
 
+import kazoo.protocol.connection
+import kazoo.retry
 import pytest
 
 from zookeeper_server import ZooKeeperServer, ZooKeeperSetupError, load_dump
+
+# A connected kazoo client's thread draws its ping jitter from the global `random`, whenever it pings. Hypothesis
+# checks that the global generator is left alone while a test's examples are generated, and warns of a strategy
+# using `random` when such a draw falls in that time (a client of an earlier test in the same worker): kazoo draws
+# from a generator of its own here.
+kazoo.protocol.connection.random = kazoo.retry.random = random.Random()
 
 _chroot_numbers = itertools.count(1)
 _SLOW_KINDS = ("live", "spark", "install")  # a cluster, a JVM or a fresh venv: seconds before the first assert
