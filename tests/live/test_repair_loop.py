@@ -143,7 +143,8 @@ def _compact_damaged_logs(cluster, injected, damaged: set[int],
     while any(p.exists() for _, _, p in waiting) and time.monotonic() < deadline:
         time.sleep(2)
     compacted += [(name, log_id) for name, log_id, path in waiting if not path.exists()]
-    assert compacted, f"no damaged log was compacted within {timeout:.0f}s: {waiting}; {[d.logs for d in injected]}"
+    assert compacted, f"no damaged log was compacted within {timeout:.0f}s: {waiting}; " \
+                      f"{[(d.logs, d.whole_logs) for d in injected]}"
     return compacted, deleted
 
 
