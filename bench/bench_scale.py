@@ -9,6 +9,8 @@ DbLedgerStorage with its RocksDB indexes; one ledger dir; a clean metadata dump 
 and runs the real command on each, as a child process (`scan --format json`): wall time, entries/s
 (the report's entries_verified), GB/s of entry logs, the child's peak RSS, and the ratio to `cat`
 of the same logs timed in the same run. Warm: the files are read once just before each timed run.
+DbLedgerStorage shapes also time the bare `locations` cursor (BARE_CURSOR) in the same turns, warm: the scan's
+CPU against it is issue 21's ratio for DbLedgerStorage.
 Cold: every entry log and index file is dropped from the page cache (posix_fadvise DONTNEED, no
 root needed) before each timed run. `--cpu N` pins the scan and cat to one core.
 
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_digest import parse_size  # noqa: E402
 from measured_child import pinned_to, run_measured  # noqa: E402
-from scale_bookie import GeneratedBookie, Shape, generate, generated, is_generated  # noqa: E402
+from scale_bookie import LEDGER_CURRENT, GeneratedBookie, Shape, generate, generated, is_generated  # noqa: E402
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 SHAPES = ((10**4, 10**2), (10**5, 10**3), (10**6, 10**4))  # (ledgers, entry logs)
@@ -50,6 +52,17 @@ STORAGES = ("interleaved", "db")
 RECORD_OVERHEAD = 4 + 32 + 8  # length prefix, entry header, the longest common digest
 IDX_FILE_BYTES = 12 << 10  # header + one page, in 4 KiB blocks
 CAT_BATCH = 1000  # files per cat, well inside ARG_MAX
+# The bare `locations` cursor, run by the measured install's own interpreter (so its own rocksdict): every pair
+# taken from rocksdict in raw mode through the scanner's read-only view, nothing done with them. The pairs are
+# drained by a zero-length deque, the fastest way Python has to take them (a generator per pair, as in
+# `sum(1 for _ in pairs)`, adds 0.3-0.4 s at 10^7 pairs).
+BARE_CURSOR = """
+import collections, sys, tempfile
+from pathlib import Path
+from scanner.storage.dbstorage import ReadOnlyRocksDb
+with tempfile.TemporaryDirectory() as work, ReadOnlyRocksDb(Path(sys.argv[1]), Path(work)) as rocks:
+    collections.deque(rocks.pairs_from(b""), maxlen=0)
+"""
 GOALS = (
     "goals (issue 9): 100-byte entries >= 1 M entries/s warm on one core; 64 KiB >= 2 GB/s warm on one core,"
     " cold <= 1.1x cat; peak RSS <= 150 MB at 10^6 ledgers / 10^4 logs, flat from 10^4"
@@ -111,8 +124,19 @@ def scan(bookie: GeneratedBookie, scanner: Path, cpu: int | None) -> Run:
     return Run(child.seconds, child.cpu_seconds, child.peak_rss_mib, summary["entries_verified"], summary["findings"])
 
 
-def measure(bookie: GeneratedBookie, scanner: Path, cold: bool, repeat: int, cpu: int | None) -> tuple[float, Run]:
-    """(the fastest cat, the fastest scan) with the files warm or cold before each timed run."""
+def bare_cursor_cpu(bookie: GeneratedBookie, scanner: Path, cpu: int | None) -> float:
+    """CPU seconds of a process of the install's interpreter that only takes every pair of the `locations` DB."""
+    command = [str(scanner.parent / "python"), "-c", BARE_CURSOR, str(bookie.directory / LEDGER_CURRENT / "locations")]
+    child = run_measured(command, cpu)
+    if child.exit_status != 0:
+        raise SystemExit(f"the bare cursor on {bookie.directory} exited {child.exit_status}: {child.error_tail}")
+    return child.cpu_seconds
+
+
+def measure(bookie: GeneratedBookie, scanner: Path, cold: bool, repeat: int, cpu: int | None,
+            cursor: bool) -> tuple[float, Run, float | None]:
+    """(the fastest cat, the fastest scan, the bare cursor's least CPU if ``cursor``) with the files warm or cold
+    before each timed run."""
     def prepare() -> None:
         files = itertools.chain(bookie.entry_logs, bookie.index_files())
         if cold:
@@ -120,13 +144,16 @@ def measure(bookie: GeneratedBookie, scanner: Path, cold: bool, repeat: int, cpu
         else:
             cat_seconds(files, cpu)
 
-    cats, runs = [], []
+    cats, runs, cursors = [], [], []
     for _ in range(repeat):  # cat and scan take turns: a shared disk's good and bad moments fall on both
         prepare()
         cats.append(cat_seconds(bookie.entry_logs, cpu))
         prepare()
         runs.append(scan(bookie, scanner, cpu))
-    return min(cats), min(runs, key=lambda run: run.seconds)
+        if cursor:
+            prepare()
+            cursors.append(bare_cursor_cpu(bookie, scanner, cpu))
+    return min(cats), min(runs, key=lambda run: run.seconds), min(cursors, default=None)
 
 
 def bookie_for(shape: Shape, root: Path) -> tuple[GeneratedBookie, bool]:
@@ -149,6 +176,11 @@ def print_row(shape: Shape, cache: str, logs_bytes: int, cat: float, run: Run) -
           f"{run.seconds / cat:>6.1f} {run.peak_rss_mib:>7.0f} {run.cpu_seconds:>6.1f}{findings}", flush=True)
 
 
+def print_cursor(run: Run, cursor_cpu: float) -> None:
+    print(f"{'':>11} the bare `locations` cursor alone: {cursor_cpu:.2f} CPU s; the scan's CPU "
+          f"{run.cpu_seconds:.2f} s is {run.cpu_seconds / cursor_cpu:.2f} x", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="only the smallest shapes (10^4 ledgers, 10^2 logs)")
@@ -163,6 +195,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="scans per measurement; the fastest counts")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold-cache measurements")
     parser.add_argument("--cpu", type=int, help="pin the scan (and cat) to this CPU")
+    parser.add_argument("--no-cursor", action="store_true",
+                        help="do not time the bare `locations` cursor beside DbLedgerStorage's warm scans")
     parser.add_argument("--scanner", type=Path, default=REPOSITORY / ".venv" / "bin" / "bookie-scanner",
                         help="the bookie-scanner command to measure")
     args = parser.parse_args()
@@ -192,8 +226,11 @@ def main() -> None:
             try:
                 logs_bytes = sum(p.stat().st_size for p in bookie.entry_logs)
                 for cache in ("warm",) if args.no_cold else ("warm", "cold"):
-                    cat, run = measure(bookie, args.scanner, cache == "cold", args.repeat, args.cpu)
+                    cursor = cache == "warm" and shape.storage == "db" and not args.no_cursor
+                    cat, run, cursor_cpu = measure(bookie, args.scanner, cache == "cold", args.repeat, args.cpu, cursor)
                     print_row(shape, cache, logs_bytes, cat, run)
+                    if cursor_cpu is not None:
+                        print_cursor(run, cursor_cpu)
             finally:
                 if fresh and not args.keep:
                     shutil.rmtree(bookie.directory)

@@ -177,10 +177,10 @@ def test_open_writes_nothing_into_the_db_dir_even_while_a_writer_holds_it(tmp_pa
         before = listing(source)
         assert "LOG" in before and "LOCK" in before
         with ReadOnlyRocksDb(source, tmp_path) as db:
-            assert [key for key, _ in db.items_from(b"")] == [location_key(1, 0), location_key(1, 1)]
+            assert [key for key, _ in db.pairs_from(b"")] == [location_key(1, 0), location_key(1, 1)]
             assert listing(source) == before
             writer[location_key(1, 2)] = location_value(0, 3000)  # after open: not in the snapshot
-            assert [key for key, _ in db.items_from(location_key(1, 1))] == [location_key(1, 1)]
+            assert [key for key, _ in db.pairs_from(location_key(1, 1))] == [location_key(1, 1)]
     finally:
         writer.close()
 

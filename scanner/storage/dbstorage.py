@@ -72,18 +72,24 @@ def _protobuf() -> tuple[type, type]:
 
 def parse_ledger_data(value: bytes, where: str) -> LedgerState:
     """A `ledgers` DB value (``LedgerData`` protobuf); ``where`` names it in the MalformedDbRecord raised."""
-    ledger_data, decode_error = _protobuf()
-    data = ledger_data()
-    try:
-        data.ParseFromString(value)
-    except decode_error as error:
-        raise MalformedDbRecord(f"{where}: expected a LedgerData protobuf, cannot parse: {error}") from error
+    data = _parsed_ledger_data(value, where)
     return LedgerState(
         master_key=data.masterKey,
         fenced=data.fenced,
         explicit_lac=data.explicitLac if data.HasField("explicitLac") else None,
         limbo=data.limbo,
     )
+
+
+def _parsed_ledger_data(value: bytes, where: str):
+    """The ``LedgerData`` message a `ledgers` DB value holds, or MalformedDbRecord (naming ``where``)."""
+    ledger_data, decode_error = _protobuf()
+    data = ledger_data()
+    try:
+        data.ParseFromString(value)
+    except decode_error as error:
+        raise MalformedDbRecord(f"{where}: expected a LedgerData protobuf, cannot parse: {error}") from error
+    return data
 
 
 def parse_location_value(value: bytes, where: str) -> EntryLocation | None:
@@ -154,14 +160,6 @@ class ReadOnlyRocksDb:
         while batch := list(islice(pairs, size)):
             yield list(map(_KEY, batch)), list(map(_VALUE, batch))
 
-    def items_from(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) pairs in bytewise key order from the first key >= ``start``."""
-        cursor = self._db.iter(_passing_through())
-        cursor.seek(start)
-        while cursor.valid():
-            yield cursor.key(), cursor.value()
-            cursor.next()
-
 
 def _passing_through() -> ReadOptions:
     """Read options of a cursor: the blocks it reads are not kept in the block cache.
@@ -203,7 +201,7 @@ class DbLedgerIndex:
 
     def ledger_records(self) -> Iterator[tuple[int, bytes]]:
         """(ledger id, its `LedgerData` bytes, unparsed) for every ledger in the `ledgers` DB, ascending."""
-        for key, value in self._ledgers.items_from(LEDGER_KEY.pack(0)):
+        for key, value in self._ledgers.pairs_from(LEDGER_KEY.pack(0)):
             ledger_id = self._unpack_key(LEDGER_KEY, key, self._ledgers)[0]
             if ledger_id < 0:
                 return  # negative keys sort after every non-negative one
@@ -211,7 +209,7 @@ class DbLedgerIndex:
 
     def check_ledger_record(self, ledger_id: int, value: bytes) -> None:
         """Raises MalformedDbRecord when the record does not parse (BookKeeper's start-up would fail on it)."""
-        parse_ledger_data(value, f"{self._ledgers.path}: key {ledger_id}")
+        _parsed_ledger_data(value, f"{self._ledgers.path}: key {ledger_id}")
 
     def ledger_state(self, ledger_id: int) -> LedgerState | None:
         """The ledger's `LedgerData`, or None when the `ledgers` DB has no record of it."""
@@ -222,7 +220,7 @@ class DbLedgerIndex:
 
     def locations(self, ledger_id: int) -> Iterator[tuple[int, EntryLocation]]:
         """(entry id, location) of every entry of the ledger in the `locations` DB, entry id ascending."""
-        for key, value in self._locations.items_from(LOCATION_KEY.pack(ledger_id, 0)):
+        for key, value in self._locations.pairs_from(LOCATION_KEY.pack(ledger_id, 0)):
             key_ledger, entry_id = self._unpack_key(LOCATION_KEY, key, self._locations)
             if key_ledger != ledger_id:
                 return
