@@ -128,8 +128,10 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
             problems = [row.problem for row in
                         outcomes.select(F.explode("problems").alias("problem")).limit(100).collect()]
             aged = [violation_row(v) for v in long_under_replicated(marks, now_ms, options.max_under_replicated_ms)]
-            violations = outcomes.select(F.explode("violations").alias("violation")).select("violation.*").union(
-                spark.createDataFrame(aged, violation_schema())).persist(StorageLevel.MEMORY_AND_DISK)
+            violations = outcomes.select(F.explode("violations").alias("violation")).select("violation.*")
+            if aged:  # a frame of the driver's rows is read in Python tasks of their own (seconds, cold), even empty
+                violations = violations.union(spark.createDataFrame(aged, violation_schema()))
+            violations = violations.persist(StorageLevel.MEMORY_AND_DISK)
             found = dict(violations.groupBy("category").count().collect())
         finally:
             outcomes.unpersist()
