@@ -520,16 +520,21 @@ class BookiePass:
     # -- confirmation -------------------------------------------------------------------------
 
     def _confirm(self, ledgers: list[int], faults: dict[int, list[RecordFault]],
-                 with_index: set[int] = frozenset(), settled: bool = False) -> list[Finding]:
+                 with_index: set[int] = frozenset(), settled: bool = False, again: bool = True) -> list[Finding]:
         """Judge ``ledgers`` again on the journal, a fresh index and the metadata as they are now.
 
         ``with_index``: ledgers whose conditions 1 and 2 are judged (on the index read now);
         ``faults``: records the walk found wrong, each re-read where the index points now.
         A ledger whose metadata changed less than ``SETTLE_SECONDS`` ago is judged once that time has passed
         (unless ``settled``): closed by an ack quorum, it may not have reached this bookie in full yet.
+        A ledger found with records lost in an entry log that is gone now is judged once more on an index opened
+        after (``again``): compaction may have moved the records and removed the log after the fresh index was
+        opened (a RocksDB view is a snapshot), so that index pointed into a log that went meanwhile.
         """
         if not ledgers:
             return []
+        reported_before = {ledger_id: set(self._reported[ledger_id]) for ledger_id in ledgers
+                           if ledger_id in self._reported}
         findings: list[Finding] = []
         unsettled: dict[int, float] = {}  # ledger -> when its metadata settles (time.time())
         # The journal first, the index after: an entry flushed in between is then found in the index.
@@ -546,13 +551,24 @@ class BookiePass:
                         continue
                     findings.extend(self._confirm_ledger(scanner, read, faults.get(read.ledger_id, ()),
                                                          read.ledger_id in with_index, pending))
+            in_gone_logs = {f.ledger_id for f in findings if again and f.category is Category.LOST_ENTRY
+                            and f.entry_log is not None and _log_gone(fresh, f.ledger_id, f.entry_log)}
+        if in_gone_logs:
+            findings = [f for f in findings if f.ledger_id not in in_gone_logs]
+            for ledger_id in in_gone_logs:  # what this judgement reported of them is judged anew
+                self._reported.pop(ledger_id, None)
+                if ledger_id in reported_before:
+                    self._reported[ledger_id] = reported_before[ledger_id]
+            findings.extend(self._confirm(sorted(in_gone_logs), faults, with_index & in_gone_logs, settled=True,
+                                          again=False))
         if unsettled:
             wait = max(0.0, max(unsettled.values()) - time.time())
             log.info("%d ledger(s) changed in the last %gs (first: %s): judged again in %.1fs, once what their "
                      "writer's ack quorum did not wait for has arrived", len(unsettled), SETTLE_SECONDS,
                      min(unsettled), wait)
             time.sleep(wait)
-            findings.extend(self._confirm(sorted(unsettled), faults, with_index & unsettled.keys(), settled=True))
+            findings.extend(self._confirm(sorted(unsettled), faults, with_index & unsettled.keys(), settled=True,
+                                          again=again))
         return findings
 
     def _confirm_ledger(self, scanner: BookieScanner, read: LedgerRead, faults, with_index: bool,
@@ -632,6 +648,14 @@ class BookiePass:
         if ledger_id not in self.undecodable:
             log.warning("ledger %d not judged: %s", ledger_id, error)
             self.undecodable.add(ledger_id)
+
+
+def _log_gone(storage: BookieStorage, ledger_id: int, entry_log_id: int) -> bool:
+    try:
+        storage.entry_log_path(ledger_id, entry_log_id)
+    except MissingEntryLog:
+        return True
+    return False
 
 
 def _entries(finding: Finding) -> Iterator[int]:
