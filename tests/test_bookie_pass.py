@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from corpus import CORPUS
+from journal_files import HEADER, journal_holds, journal_record
 from scanner.metadata.snapshot import SnapshotStore
 from scanner.scan.full_pass import BookiePass
 from scanner.scan.native import WALKER_VARIABLE
@@ -109,22 +110,16 @@ def test_each_checkpoint_comes_before_the_pacer_holds_the_walk(tmp_path, monkeyp
     assert paid == [after - before for before, after in zip([1024, *offsets], offsets)]
 
 
-def _journal_record(ledger_id: int, entry_id: int) -> bytes:
-    body = struct.pack(">qq", ledger_id, entry_id) + bytes(40)
-    return struct.pack(">i", len(body)) + body
-
-
 def test_entries_in_the_journal_after_the_last_mark_are_pending(tmp_path):
     layout = _copy(tmp_path, "bookie1")
     journal = tmp_path / "bookie1" / "journal" / "current"
     journal.mkdir(parents=True)
-    flushed = _journal_record(7, 0) + _journal_record(7, 1)
-    header = b"BKLG" + struct.pack(">i", 5) + bytes(504)  # V5+: records from byte 512
-    (journal / "10.txn").write_bytes(header + flushed + _journal_record(7, 2) + _journal_record(8, 0)
+    flushed = journal_record(7, 0) + journal_record(7, 1)
+    (journal / "10.txn").write_bytes(HEADER + flushed + journal_record(7, 2) + journal_record(8, 0)
                                      + struct.pack(">i", -0x100) + struct.pack(">i", 6) + bytes(6)
-                                     + _journal_record(7, 3) + bytes(8))
-    (journal / "11.txn").write_bytes(header + _journal_record(7, 4))
-    (journal / "f.txn").write_bytes(header + _journal_record(7, 99))  # before the mark's file: all flushed
+                                     + journal_record(7, 3) + bytes(8))
+    (journal / "11.txn").write_bytes(HEADER + journal_record(7, 4))
+    (journal / "f.txn").write_bytes(HEADER + journal_record(7, 99))  # before the mark's file: all flushed
     for current in layout.ledger_current_dirs:
         (current / "lastMark").write_bytes(struct.pack(">qq", 0x10, 512 + len(flushed)))
     assert pending_entries(layout, {7}) == {(7, 2), (7, 3), (7, 4)}
@@ -184,16 +179,6 @@ def _lost(findings) -> set[tuple[int, int]]:
             for first, last in f.entries for e in range(first, last + 1)}
 
 
-def _journal_holds(bookie: Path, layout, entries) -> None:
-    """The bookie's journal holds ``entries`` (ledger, entry) after its last mark: acknowledged, not yet flushed."""
-    journal = bookie / "journal" / "current"
-    journal.mkdir(parents=True)
-    header = b"BKLG" + struct.pack(">i", 5) + bytes(504)
-    (journal / "10.txn").write_bytes(header + b"".join(_journal_record(*entry) for entry in sorted(entries)))
-    for current in layout.ledger_current_dirs:
-        (current / "lastMark").write_bytes(struct.pack(">qq", 0x10, 512))
-
-
 def test_records_still_in_the_entry_loggers_buffer_are_not_lost_when_the_journal_holds_them(tmp_path):
     layout, pointed = _newest_log_emptied(tmp_path / "unjournaled", "bookie1")
     assert pointed
@@ -202,7 +187,7 @@ def test_records_still_in_the_entry_loggers_buffer_are_not_lost_when_the_journal
         full.storage.close()
 
     layout, pointed = _newest_log_emptied(tmp_path / "journaled", "bookie1")
-    _journal_holds(tmp_path / "journaled" / "bookie1", layout, pointed)
+    journal_holds(tmp_path / "journaled" / "bookie1", layout, pointed)
     with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
         assert _lost(full.run()) == set()
         assert full.totals.journaled == len(pointed)
@@ -221,7 +206,7 @@ def test_a_ledger_whose_index_appears_during_the_pass_pointing_into_the_buffer_i
     index_file = find_index_file(layout.index_current_dirs, late)
     hidden = tmp_path / "hidden.idx"
     os.rename(index_file, hidden)  # not there when the pass lists the index files
-    _journal_holds(tmp_path / "bookie" / "bookie1", layout, pointed)
+    journal_holds(tmp_path / "bookie" / "bookie1", layout, pointed)
     read_journal = bookie_pass.pending_entries
 
     def index_written_meanwhile(*args):

@@ -536,6 +536,7 @@ class BookiePass:
         reported_before = {ledger_id: set(self._reported[ledger_id]) for ledger_id in ledgers
                            if ledger_id in self._reported}
         findings: list[Finding] = []
+        journaled: dict[int, int] = {}  # ledger -> its records this judgement counted as on their way (journal)
         unsettled: dict[int, float] = {}  # ledger -> when its metadata settles (time.time())
         # The journal first, the index after: an entry flushed in between is then found in the index.
         # Asked of the ledgers judged on the index and of those with records gone: the bookie may have
@@ -549,13 +550,16 @@ class BookiePass:
                     if settles_at is not None:
                         unsettled[read.ledger_id] = settles_at
                         continue
+                    counted = self.totals.journaled
                     findings.extend(self._confirm_ledger(scanner, read, faults.get(read.ledger_id, ()),
                                                          read.ledger_id in with_index, pending))
+                    journaled[read.ledger_id] = self.totals.journaled - counted
             in_gone_logs = {f.ledger_id for f in findings if again and f.category is Category.LOST_ENTRY
                             and f.entry_log is not None and _log_gone(fresh, f.ledger_id, f.entry_log)}
         if in_gone_logs:
             findings = [f for f in findings if f.ledger_id not in in_gone_logs]
-            for ledger_id in in_gone_logs:  # what this judgement reported of them is judged anew
+            for ledger_id in in_gone_logs:  # what this judgement reported and counted of them is judged anew
+                self.totals.journaled -= journaled[ledger_id]
                 self._reported.pop(ledger_id, None)
                 if ledger_id in reported_before:
                     self._reported[ledger_id] = reported_before[ledger_id]
