@@ -52,7 +52,7 @@ class Injected:
     ledgers: dict[str, set[int]] = field(default_factory=dict)
     entries: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (ledger, entry), single-entry kinds
     # entry log holding a damaged record the bookie can still compact past (a corrupt payload or header) ->
-    # (records there by ledger, the ledgers whose records are damaged). A zeroed page or a cut log is not one:
+    # (bytes of records there by ledger, the ledgers whose records are damaged). A zeroed page or a cut log is not one:
     # BookKeeper's compaction fails on it every time (a zeroed page reads as a negative ledger id), and keeps it.
     logs: dict[int, tuple[dict[int, int], set[int]]] = field(default_factory=dict)
     # ledgers with records past the zeroed page of its log, on InterleavedLedgerStorage: there BookKeeper 4.16.7's
@@ -60,7 +60,8 @@ class Injected:
     behind_zeroed_page: set[int] = field(default_factory=set)
     whole_logs: dict[str, int] = field(default_factory=dict)  # kind -> the entry log cut or zeroed
     at: float = 0.0  # when the bookie was up again with the damage (time.time()), set by the caller
-    # (single-entry kinds prefer a log whose other ledgers hold a fifth of it: deleting them gets it compacted)
+    # (single-entry kinds prefer a log whose other ledgers hold a fifth of its bytes: deleting them gets it
+    # compacted)
 
     @property
     def damaged(self) -> set[int]:
@@ -91,17 +92,18 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
         records: list[_Record] = []
         metas = {}
         ledgers_in_log: dict[int, set[int]] = {}  # every indexed ledger with a record in the log
-        records_in_log: dict[tuple[int, int], int] = {}  # (log, ledger) -> its records there
+        located: dict[int, list[tuple[int, int]]] = {}  # log -> (pos, ledger) of every record the index has there
         for ledger_id, entry_ids, locations in indexed:
             for raw in locations:
                 ledgers_in_log.setdefault(raw >> 32, set()).add(ledger_id)
-                records_in_log[raw >> 32, ledger_id] = records_in_log.get((raw >> 32, ledger_id), 0) + 1
+                located.setdefault(raw >> 32, []).append((raw & 0xFFFFFFFF, ledger_id))
             meta = store.ledger(ledger_id)
             if meta is None or not meta.is_closed or any((ledger_id, e) in replayed for e in entry_ids):
                 continue
             metas[ledger_id] = meta
             records += [_Record(raw >> 32, raw & 0xFFFFFFFF, ledger_id, e) for e, raw in zip(entry_ids, locations)]
         index_dir = layout.index_current_dirs[0]
+        bytes_in_log = _bytes_by_ledger(located, {f.entry_log_id: f.path for f in storage.entry_logs()})
     by_log: dict[int, list[_Record]] = {}
     for r in records:
         by_log.setdefault(r.log_id, []).append(r)
@@ -133,13 +135,12 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
         raise NothingToDamage(f"{bookie.name}: no sealed log left to damage ({kind}) among untouched ledgers "
                              f"({len(sealed)} sealed logs, {len(metas)} flushed closed ledgers, {len(used)} touched)")
 
-    def records_by_ledger(log_id: int) -> dict[int, int]:
-        return {ledger: records_in_log[log_id, ledger] for ledger in ledgers_in_log[log_id]}
-
     def compactable(r: _Record) -> bool:
-        # Other ledgers hold a fifth of the log's records: deleting them makes the bookie compact the log.
-        total = sum(records_in_log[r.log_id, ledger] for ledger in ledgers_in_log[r.log_id])
-        return 5 * (total - records_in_log[r.log_id, r.ledger_id]) >= total
+        # Other ledgers hold a fifth of the log's bytes: deleting them makes the bookie compact the log (it judges
+        # a log by the bytes of live records in it; records here run from 100 bytes to 64 KiB).
+        in_log = bytes_in_log.get(r.log_id, {})
+        total = sum(in_log.values())
+        return total > 0 and 5 * (total - in_log.get(r.ledger_id, 0)) >= total
 
     def take_entry(digest_needed: bool, for_compaction: bool) -> _Record:
         # A damaged copy in a log the bookie will compact once its other ledgers go: the case where a copy
@@ -183,7 +184,7 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
         result.entries[kind] = (r.ledger_id, r.entry_id)
         path = sealed[r.log_id]
         if compacted_after:
-            result.logs[r.log_id] = (records_by_ledger(r.log_id), {r.ledger_id})
+            result.logs[r.log_id] = (dict(bytes_in_log[r.log_id]), {r.ledger_id})
         if kind == "payload":
             writes.append(partial(xor_byte, path, r.pos + 32 + 20 + 10, 0xA5))  # past the header and longest digest
         elif kind == "header":
@@ -218,6 +219,21 @@ def _page_to_zero(held: list[_Record], metas: dict) -> tuple[int, list[_Record]]
             pages.append((len({r.ledger_id for r in hit}), abs(start - spans[len(spans) // 2][0]), start, hit))
     # The page damaging fewest ledgers, nearest the middle of the log.
     return min(pages, key=lambda p: p[:2])[2:] if pages else None
+
+
+def _bytes_by_ledger(located: dict[int, list[tuple[int, int]]], paths: dict[int, Path]) -> dict[int, dict[int, int]]:
+    """log -> ledger -> the bytes its records take there (each record's length and the 4 bytes before it), for the
+    records the index has in each log (``located``: log -> (pos, ledger))."""
+    taken: dict[int, dict[int, int]] = {}
+    for log_id, records in located.items():
+        by_ledger = taken.setdefault(log_id, {})
+        if log_id not in paths:
+            continue
+        with open(paths[log_id], "rb") as log:
+            for pos, ledger_id in records:
+                length = struct.unpack(">i", os.pread(log.fileno(), 4, pos - 4).rjust(4, b"\0"))[0]
+                by_ledger[ledger_id] = by_ledger.get(ledger_id, 0) + 4 + max(length, 0)
+    return taken
 
 
 def _sealed(log_file) -> bool:

@@ -117,11 +117,12 @@ def _compact_damaged_logs(cluster, injected, damaged: set[int],
     compacted, waiting, deleted = [], [], set()
     logs = []
     for done in injected:
-        for log_id, (records, damaged_here) in done.logs.items():
-            # The others' share of the log's records: below a tenth, deleting them would not get it compacted.
-            share = sum(n for ledger, n in records.items() if ledger not in damaged_here) / sum(records.values())
+        for log_id, (taken, damaged_here) in done.logs.items():
+            # The others' share of the log's bytes: below a tenth, deleting them would not get it compacted (the
+            # bookie compacts a log whose live records take less than 0.9 of it).
+            share = sum(n for ledger, n in taken.items() if ledger not in damaged_here) / sum(taken.values())
             if share >= 0.2:
-                logs.append((cluster.bookie(done.bookie_id), log_id, set(records), damaged_here))
+                logs.append((cluster.bookie(done.bookie_id), log_id, set(taken), damaged_here))
     logs.sort(key=lambda log: bool((log[2] - log[3]) & damaged))  # logs needing no damaged ledger deleted first
     with open_metadata(cluster.metadata_uri) as store:
         for bookie, log_id, ledgers, damaged_here in logs:
