@@ -21,11 +21,13 @@ RSS (the Python process the operator started) and the JVM's (local mode: driver 
     python bench/bench_audit.py --ledgers 100000 --cluster --sizes 1e7
     python bench/bench_audit.py --ledgers 100000 --cluster --no-local --sizes 1e7 --pin --turns 2
     python bench/bench_audit.py --ledgers 1000000 --cluster --no-local --sizes 1e7 --worker-cpus 0.8 --turns 2
+    python bench/bench_audit.py --ledgers 1000000 --cluster --no-local --sizes 1e7 --worker-cpus 0.8 --driver-cpus 0.4
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -50,6 +52,7 @@ from scanner.metadata.ledger import LedgerMetadata, LedgerState, serialize_ledge
 from scanner.metadata.ledger_paths import LedgerManager, layout_bytes, ledger_path  # noqa: E402
 from scanner.metadata.snapshot import write_dump_nodes  # noqa: E402
 from scanner.metadata.store import ZNode  # noqa: E402
+from cpu_budget import CpuBudget  # noqa: E402
 from spark_cluster import StandaloneCluster  # noqa: E402
 
 BOOKIES = [f"10.1.{n // 250}.{n % 250}:3181" for n in range(100)]
@@ -188,14 +191,20 @@ def _check_created(results) -> None:
 
 
 def run_audit(exports: Path, metadata: str, master: str, environment: dict[str, str],
-              cpus: set[int] | None = None) -> dict:
-    """The `audit` command in a child process (on ``cpus`` only, if given): wall seconds, exit status,
-    violations, the driver's and JVM's peak RSS."""
+              cpus: set[int] | None = None, budget: CpuBudget | None = None) -> dict:
+    """The `audit` command in a child process (on ``cpus`` only, if given; it and the JVM it starts in ``budget``,
+    if given): wall seconds, exit status, violations, the driver's and JVM's peak RSS."""
     command = [sys.executable, "-c", MEASURE, "audit", "--exports", str(exports), "--metadata", metadata,
                "--master", master, "--format", "json"]
+
+    def confine() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if budget is not None:
+            budget.join()
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=environment,
-                          preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus))
+                          preexec_fn=None if cpus is None and budget is None else confine)
     seconds = time.perf_counter() - started
     measured = json.loads(done.stderr.strip().splitlines()[-1]) if done.stderr.strip() else {}
     if measured.get("status") not in (0, 1):
@@ -221,6 +230,11 @@ def main() -> None:
                         help="with --cluster: each worker (and all it starts) a CPU budget of this many CPUs of its "
                              "own, a cgroup quota (root), as on a host of its own: the same for one worker and for "
                              "two, and the driver and the master take nothing from it")
+    parser.add_argument("--driver-cpus", type=float, default=None, metavar="CPUS",
+                        help="with --cluster: the audit's driver (and the JVM it starts) a CPU budget of this many "
+                             "CPUs, the same for one worker and for two (on a machine of 2 CPUs, two workers of 0.8 "
+                             "leave the driver 0.4, one worker 1.2: give it 0.4 in both and the number of workers is "
+                             "the only thing that changes)")
     parser.add_argument("--turns", type=int, default=1,
                         help="with --cluster: rounds of (1 worker, 2 workers) taken in turn; each row is one run")
     parser.add_argument("--no-local", action="store_true", help="skip the local[2] runs")
@@ -233,6 +247,7 @@ def main() -> None:
         args.dir.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix="bench-audit-", dir=args.dir))
     budget = "" if args.worker_cpus is None else f"; each worker a budget of {args.worker_cpus:g} CPU"
+    budget += "" if args.driver_cpus is None else f"; the driver a budget of {args.driver_cpus:g} CPU"
     print(f"{args.ledgers:,} ledgers, E=Wq={QUORUM}, {len(BOOKIES)} bookies, {QUORUM * args.ledgers:,} export rows; "
           f"load {os.getloadavg()[0]:.1f}{budget}", flush=True)
     zookeeper = None
@@ -267,7 +282,7 @@ def main() -> None:
                 for store, uri in metadata.items():
                     load = os.getloadavg()[0]
                     run = _best_of(args.repeat, exports, uri, label, workers, directory, environment, cpus,
-                                   args.worker_cpus)
+                                   args.worker_cpus, args.driver_cpus)
                     seconds.setdefault((label, size, store), []).append(run["seconds"])
                     baseline = baselines.setdefault(store, run["seconds"])
                     found = run["violations"]
@@ -299,7 +314,8 @@ def _pinning(pin: bool) -> list[int] | None:
 
 
 def _best_of(repeat: int, exports: Path, uri: str, label: str, workers: int | None, directory: Path,
-             environment: dict[str, str], cpus: list[int] | None, worker_cpus: float | None) -> dict:
+             environment: dict[str, str], cpus: list[int] | None, worker_cpus: float | None,
+             driver_budget: float | None) -> dict:
     runs = []
     driver_cpus = None if cpus is None or workers is None else {cpus[0]}
     for _ in range(repeat):
@@ -308,13 +324,15 @@ def _best_of(repeat: int, exports: Path, uri: str, label: str, workers: int | No
             continue
         cluster_dir = Path(tempfile.mkdtemp(prefix="cluster-", dir=directory))
         pinned = None if cpus is None else dict(cpus=cpus[::-1][:workers], master_cpus=driver_cpus)
-        with StandaloneCluster(cluster_dir, workers, cpu_budget=worker_cpus, **(pinned or {})) as cluster:
+        with StandaloneCluster(cluster_dir, workers, cpu_budget=worker_cpus, **(pinned or {})) as cluster, \
+                contextlib.ExitStack() as budgets:
+            budget = None if driver_budget is None else budgets.enter_context(CpuBudget("audit-driver", driver_budget))
             cpu: dict[int, float] = {}
             done = threading.Event()
             polling = threading.Thread(target=_poll_cpu, args=(cluster, cpu, done))
             polling.start()
             try:
-                runs.append(run_audit(exports, uri, cluster.url, environment, driver_cpus))
+                runs.append(run_audit(exports, uri, cluster.url, environment, driver_cpus, budget))
             finally:
                 done.set()
                 polling.join()
