@@ -91,11 +91,9 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
         replayed = pending_entries(layout, [ledger_id for ledger_id, _, _ in indexed])
         records: list[_Record] = []
         metas = {}
-        ledgers_in_log: dict[int, set[int]] = {}  # every indexed ledger with a record in the log
         located: dict[int, list[tuple[int, int]]] = {}  # log -> (pos, ledger) of every record the index has there
         for ledger_id, entry_ids, locations in indexed:
             for raw in locations:
-                ledgers_in_log.setdefault(raw >> 32, set()).add(ledger_id)
                 located.setdefault(raw >> 32, []).append((raw & 0xFFFFFFFF, ledger_id))
             meta = store.ledger(ledger_id)
             if meta is None or not meta.is_closed or any((ledger_id, e) in replayed for e in entry_ids):
@@ -119,7 +117,7 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
         # zero it, and the records that damages.
         for log_id in sorted(sealed, key=lambda i: -len(by_log.get(i, ()))):
             held = sorted(by_log.get(log_id, ()), key=lambda r: r.pos)
-            if len(held) < 8 or not ledgers_in_log[log_id] <= set(metas) or log_id in whole_log_faults:
+            if len(held) < 8 or not bytes_in_log[log_id].keys() <= metas.keys() or log_id in whole_log_faults:
                 continue
             if kind == "truncated":
                 cut = held[-1].pos - 4 + 10  # inside the last record's header: it and the ledgers map are gone
