@@ -21,7 +21,7 @@ RSS (the Python process the operator started) and the JVM's (local mode: driver 
     python bench/bench_audit.py --ledgers 100000 --cluster --sizes 1e7
     python bench/bench_audit.py --ledgers 100000 --cluster --no-local --sizes 1e7 --pin --turns 2
     python bench/bench_audit.py --ledgers 1000000 --cluster --no-local --sizes 1e7 --worker-cpus 0.8 --turns 2
-    python bench/bench_audit.py --ledgers 1000000 --cluster --no-local --sizes 1e7 --worker-cpus 0.8 --driver-cpus 0.4
+    python bench/bench_audit.py --ledgers 1000000 --cluster --no-local --sizes 1e7 --worker-cpus 0.6 --driver-cpus 0.8
 """
 
 from __future__ import annotations
@@ -232,9 +232,10 @@ def main() -> None:
                              "two, and the driver and the master take nothing from it")
     parser.add_argument("--driver-cpus", type=float, default=None, metavar="CPUS",
                         help="with --cluster: the audit's driver (and the JVM it starts) a CPU budget of this many "
-                             "CPUs, the same for one worker and for two (on a machine of 2 CPUs, two workers of 0.8 "
-                             "leave the driver 0.4, one worker 1.2: give it 0.4 in both and the number of workers is "
-                             "the only thing that changes)")
+                             "CPUs, the same for one worker and for two, as a driver on a host of its own has (without "
+                             "it, on 2 CPUs, two workers of 0.8 leave the driver 0.4 and one worker 1.2); e.g. "
+                             "--worker-cpus 0.6 --driver-cpus 0.8 on 2 CPUs: the number of workers is then the only "
+                             "thing that changes")
     parser.add_argument("--turns", type=int, default=1,
                         help="with --cluster: rounds of (1 worker, 2 workers) taken in turn; each row is one run")
     parser.add_argument("--no-local", action="store_true", help="skip the local[2] runs")
@@ -324,9 +325,9 @@ def _best_of(repeat: int, exports: Path, uri: str, label: str, workers: int | No
             continue
         cluster_dir = Path(tempfile.mkdtemp(prefix="cluster-", dir=directory))
         pinned = None if cpus is None else dict(cpus=cpus[::-1][:workers], master_cpus=driver_cpus)
+        driver_group = contextlib.nullcontext() if driver_budget is None else CpuBudget("audit-driver", driver_budget)
         with StandaloneCluster(cluster_dir, workers, cpu_budget=worker_cpus, **(pinned or {})) as cluster, \
-                contextlib.ExitStack() as budgets:
-            budget = None if driver_budget is None else budgets.enter_context(CpuBudget("audit-driver", driver_budget))
+                driver_group as budget:
             cpu: dict[int, float] = {}
             done = threading.Event()
             polling = threading.Thread(target=_poll_cpu, args=(cluster, cpu, done))
