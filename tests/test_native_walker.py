@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
+import sys
 import zlib
 from array import array
 
@@ -202,3 +204,37 @@ def test_the_native_walker_looks_the_pass_table_up_itself_and_asks_only_for_the_
     assert walked(PythonWalk) == native
     assert [(f.ledger_id, f.entry_id) for f in native[0]] == [(2, 1), (4, 1)]
     assert "CRC32 digest mismatch" in native[0][1].reason
+
+
+# A walk with the pass's table, in a process of its own under Python's debug allocator: the walker learns the
+# table's ledgers inside walk(), with the GIL released, and its ledgers' slots grow there (64, 128, ... 1024).
+# Python's own allocator called without the GIL is a fatal error under PYTHONMALLOC=debug (a race otherwise).
+_WALK_WITH_THE_TABLE = """
+import sys
+from scanner.scan.ledger_table import LedgerTable
+from scanner.scan.native_walker import NativeWalk
+from scanner.scan.walk_data import KnownLedgers
+from scanner.storage.entry import DigestType
+from scanner.storage.entrylog import EntryLog
+
+table = LedgerTable()
+for ledger_id in range(1, int(sys.argv[2]) + 1):
+    table.add(ledger_id, DigestType.CRC32C, b"")
+with EntryLog(sys.argv[1], 1) as entry_log:
+    walk = NativeWalk(entry_log, lambda ledger_id: None, known=KnownLedgers(*table.columns(), asked=[]))
+    failures = list(walk.failures())
+print(len(failures), walk.stats.entries_verified, walk.stats.entries_skipped)
+"""
+
+
+def test_the_walker_learns_the_pass_table_without_the_gil_under_pythons_debug_allocator(tmp_path):
+    ledgers = 600
+    entries = [build_entry(ledger_id, 0, -1, 5, b"12345", DigestType.CRC32C, b"") for ledger_id in
+               range(1, ledgers + 1)]
+    path = tmp_path / "1.log"
+    path.write_bytes(struct.pack(">4siqi", b"BKLO", 1, 0, 0).ljust(1024, b"\0")
+                     + b"".join(struct.pack(">i", len(e)) + e for e in entries))
+    done = subprocess.run([sys.executable, "-c", _WALK_WITH_THE_TABLE, str(path), str(ledgers)],
+                          env={**os.environ, "PYTHONMALLOC": "debug"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["0", str(ledgers), "0"]

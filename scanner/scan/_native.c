@@ -349,9 +349,11 @@ static Ledger *find_ledger(const Ledgers *l, uint64_t ledger) {
     }
 }
 
+/* The table grows inside walk() too, where the GIL is released (a ledger learned from the pass's table): the raw
+ * allocator, the one that needs no GIL, for its slots wherever they are allocated or freed. */
 static int grow_ledgers(Ledgers *l) {
     size_t capacity = l->capacity ? l->capacity * 2 : 64;
-    Ledger *slots = PyMem_Calloc(capacity, sizeof(Ledger));
+    Ledger *slots = PyMem_RawCalloc(capacity, sizeof(Ledger));
     if (slots == NULL)
         return -1;
     Ledgers bigger = {slots, capacity, 0};
@@ -362,7 +364,7 @@ static int grow_ledgers(Ledgers *l) {
                 j = (j + 1) & (capacity - 1);
             slots[j] = l->slots[i];
         }
-    PyMem_Free(l->slots);
+    PyMem_RawFree(l->slots);
     bigger.count = l->count;
     *l = bigger;
     return 0;
@@ -457,7 +459,7 @@ static void release_table(Walker *w) {
 static void Walker_dealloc(Walker *w) {
     release_window(w);
     release_table(w);
-    PyMem_Free(w->ledgers.slots);
+    PyMem_RawFree(w->ledgers.slots);
     PyMem_Free(w->keys);
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
