@@ -130,13 +130,20 @@ def test_repair_needs_live_metadata(capsys):
     assert status == 2 and "needs the live metadata" in err and len(err.strip().splitlines()) == 1
 
 
-def test_bad_options_are_one_line_usage_errors(capsys, tmp_path):
+@pytest.mark.parametrize("extra, says", [
+    (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
+    (["--state-dir", "{blocked}/state"], "cannot use --state-dir {blocked}/state: Not a directory"),
+    (["--copy-rate", "-5"], "argument --copy-rate: rate '-5': expected a number"),
+])
+def test_bad_options_are_one_line_usage_errors(capsys, tmp_path, extra, says):
+    # The dump (file:) is refused too, after the options: each error must be the option's own.
     blocked = tmp_path / "file"
     blocked.write_text("")
-    for extra in (["--timeout", "0"], ["--state-dir", str(blocked / "state")], ["--copy-rate", "-5"]):
-        status = main(["repair", *scan_args("bookie1"), "--metadata", f"file:{CORPUS / 'zk-dump.json'}", *extra])
-        err = capsys.readouterr().err
-        assert status == 2 and len(err.strip().splitlines()) == 1 and err.startswith("bookie-scanner repair"), err
+    extra = [value.format(blocked=blocked) for value in extra]
+    status = main(["repair", *scan_args("bookie1"), "--metadata", f"file:{CORPUS / 'zk-dump.json'}", *extra])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"bookie-scanner repair: {says.format(blocked=blocked)}"), err
 
 
 def test_mac_copies_verify_only_with_the_ledgers_password():
