@@ -19,6 +19,7 @@ pytestmark = pytest.mark.slow  # each lets the agent run past its stall limit on
 
 STALL_SECONDS = 3.0
 WATCHDOG_USEC = 1_000_000  # the agent pings every half second
+TICKS_PAST_A_STALL = int(2 * STALL_SECONDS / (WATCHDOG_USEC / 2e6))  # twice the stall limit's worth of ticks
 
 
 class NotifySocket:
@@ -29,6 +30,7 @@ class NotifySocket:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(self.path)
         self.received: list[tuple[float, bytes]] = []
+        self._arrived = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -38,21 +40,39 @@ class NotifySocket:
                 message = self.sock.recv(4096)
             except OSError:
                 return  # closed
-            self.received.append((time.monotonic(), message))
+            with self._arrived:
+                self.received.append((time.monotonic(), message))
+                self._arrived.notify_all()
 
     def env(self) -> dict[str, str]:
         return {"NOTIFY_SOCKET": self.path, "WATCHDOG_USEC": str(WATCHDOG_USEC)}
 
-    def pings_within(self, seconds: float) -> int:
-        """WATCHDOG=1 messages received in the next ``seconds``."""
-        start = time.monotonic()
-        time.sleep(seconds)
-        return sum(1 for at, message in list(self.received) if at >= start and message == b"WATCHDOG=1")
+    def ticks(self) -> list[tuple[float, bool]]:
+        """The agent's watchdog ticks so far, each (when, whether it pinged): every tick sends STATUS=..., after
+        WATCHDOG=1 when it pings."""
+        with self._arrived:
+            received = list(self.received)
+        return [(at, k > 0 and received[k - 1][1] == b"WATCHDOG=1")
+                for k, (at, message) in enumerate(received) if message.startswith(b"STATUS=")]
+
+    def wait_for_ticks(self, count: int, after: int, timeout: float = 30) -> list[tuple[float, bool]]:
+        """The ``count`` ticks after the first ``after``, waited for as they arrive."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: len(self.ticks()) >= after + count, timeout):
+                raise AssertionError(f"fewer than {count} watchdog ticks in {timeout:g}s: {self.ticks()[after:]}")
+        return self.ticks()[after:after + count]
 
     def close(self) -> None:
         self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         self._reader.join(5)
+
+
+def assert_pinged_in_time(ticks: list[tuple[float, bool]]) -> None:
+    """Every tick pinged, never longer apart than systemd's watchdog timeout (it restarts the agent then)."""
+    assert all(pinged for _, pinged in ticks), ticks
+    gaps = [later - earlier for (earlier, _), (later, _) in zip(ticks, ticks[1:])]
+    assert max(gaps) < WATCHDOG_USEC / 1e6, gaps
 
 
 @pytest.fixture
@@ -82,7 +102,9 @@ def test_a_scanner_stuck_in_a_read_stops_the_pings_and_they_come_back_when_it_re
         assert health["status"] == "failing"
         wait_for(lambda: "the watchdog is no longer pinged" in (tmp_path / "agent.err").read_text(), 10,
                  "no line says the watchdog is withheld")
-        assert notify.pings_within(2.5) == 0
+        # The ticks go on, not one pinging: four in a row, twice systemd's watchdog timeout.
+        withheld = len(notify.ticks())
+        assert not any(pinged for _, pinged in notify.wait_for_ticks(4, withheld))
         # The read returns; the reads after it find a plain file.
         held = last_mark.with_name("lastMark.held")
         os.link(last_mark, held)
@@ -91,7 +113,7 @@ def test_a_scanner_stuck_in_a_read_stops_the_pings_and_they_come_back_when_it_re
         with open(held, "wb") as writer:
             writer.write(struct.pack(">qq", 0, 0))
         wait_for(lambda: not agent.scanner()["stalled"], 30, "the scanner never came back")
-        assert notify.pings_within(2.5) >= 3
+        assert_pinged_in_time(notify.wait_for_ticks(4, len(notify.ticks())))
         assert agent.terminate() == 0
     finally:
         if agent.process.poll() is None:
@@ -105,15 +127,15 @@ def test_throttled_paused_and_between_passes_the_pings_go_on(tmp_path, notify):
     agent = start_agent(tmp_path, sample, notify, bytes_per_second=1000)
     try:
         wait_for(lambda: agent.scanner()["phase"] == "entry_logs", 30, "the walk did not start")
-        assert notify.pings_within(2 * STALL_SECONDS) >= 8  # throttled
+        assert_pinged_in_time(notify.wait_for_ticks(TICKS_PAST_A_STALL, len(notify.ticks())))  # throttled
         assert agent.answer("POST", "/pause")[0] == 200
-        assert notify.pings_within(2 * STALL_SECONDS) >= 8  # paused
+        assert_pinged_in_time(notify.wait_for_ticks(TICKS_PAST_A_STALL, len(notify.ticks())))  # paused
         config = agent.config.read_text().replace("bytes_per_second = 1000", "bytes_per_second = 0")
         agent.config.write_text(config)
         agent.process.send_signal(signal.SIGHUP)
         assert agent.answer("POST", "/resume")[0] == 200
         wait_for(lambda: agent.scanner()["phase"] == "waiting", 30, "the pass did not finish")
-        assert notify.pings_within(2 * STALL_SECONDS) >= 8  # between passes
+        assert_pinged_in_time(notify.wait_for_ticks(TICKS_PAST_A_STALL, len(notify.ticks())))  # between passes
         health = agent.health()
         assert health["status"] == "ok" and not health["scanners"][0]["stalled"]
         assert agent.terminate() == 0
