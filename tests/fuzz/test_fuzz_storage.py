@@ -7,27 +7,30 @@ hostile values in every length field, then read the way a scan reads them.
 
 from __future__ import annotations
 
+import re
 import struct
 import tempfile
 from array import array
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from corpus import reference_walker
 from fuzz.budget import HOSTILE_LENGTHS, bounded_memory, file_holding, fuzz_settings
+from scanner.scan.ledger_table import LedgerTable
 from scanner.scan.native_walker import NativeWalk
 from scanner.scan.python_walker import PythonWalk
-from scanner.scan.walk_data import NO_MORE, ExpectedRecords
+from scanner.scan.walk_data import NO_MORE, ExpectedRecords, KnownLedgers
 from scanner.scan.walker import walk_records
 from scanner.storage.dbstorage import MalformedDbRecord, parse_ledger_data, parse_location_value
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry
-from scanner.storage.entrylog import EntryLog, EntryLogError
+from scanner.storage.entrylog import RECORD_START_SIZE, EntryLog, EntryLogError
 from scanner.storage.indexfile import IndexFile, IndexFileError, parse_index_header, read_index_files
 from scanner.storage.indexfile import index_files as listed_index_files
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import BookieLayout
+from scanner.storage.pagecache import CHUNK_SIZE
 from scanner.storage.proto.db_ledger_storage_pb2 import LedgerData
 
 int32 = st.one_of(st.sampled_from([v for v in HOSTILE_LENGTHS if -2**31 <= v < 2**31]),
@@ -141,9 +144,8 @@ class _Enough(Exception):
     """A pace call stopped the walk (as a checkpoint does)."""
 
 
-def _walked(path: Path, walk_class, expected, start, pace_interval: int, stop_at_pace: int | None,
-            failures_taken: int | None) -> dict:
-    """Everything a walk tells its caller, to compare two walkers by."""
+def _walked(path: Path, new_walk, pace_interval: int, stop_at_pace: int | None, failures_taken: int | None) -> dict:
+    """Everything a walk (``new_walk(entry_log)``) tells its caller, to compare two walkers by."""
     paces = []
 
     def pace(n):
@@ -152,7 +154,7 @@ def _walked(path: Path, walk_class, expected, start, pace_interval: int, stop_at
             raise _Enough
 
     with EntryLog(path, 1) as entry_log:
-        walk = walk_class(entry_log, _verifier_for, expected, start)
+        walk = new_walk(entry_log)
         failures, stopped = [], False
         walking = walk.failures(pace, pace_interval)
         try:
@@ -173,15 +175,64 @@ def _walked(path: Path, walk_class, expected, start, pace_interval: int, stop_at
 
 @st.composite
 def walkable_entry_logs(draw) -> bytes:
-    """Logs that mostly walk: a sound header, records a client wrote, then anything, maybe torn near the end."""
+    """Logs that mostly walk: a sound header, records a client wrote (maybe of many ledgers, maybe one so long that
+    a record after it lies across the end of the walk's first chunk), then anything, maybe torn near the end."""
     direct = draw(st.booleans())
     head = _pack(">4siqi", b"BKLO", 1, 0, 0).ljust(1024, b"\0")
     if direct:
         head = (head + _pack(">iq", 4096 - 1024 - 4, -1)).ljust(4096, b"\0")
     chunks = draw(st.lists(honest_record, min_size=1, max_size=30))
+    # Ledgers past the 64 the walker's ledger slots start with (they grow, mid-walk when the table answers).
+    chunks += [_record(build_entry(ledger_id, 0, -1, 1, b"x", DigestType(ledger_id % 4 + 1), b"pw"))
+               for ledger_id in range(41, 41 + draw(st.sampled_from([0, 0, 40, 100])))]
+    if draw(st.integers(0, 2)):
+        at = draw(st.integers(0, len(chunks) - 1))  # a record after it
+        short = draw(st.one_of(st.integers(1, RECORD_START_SIZE), st.integers(RECORD_START_SIZE + 1, 300)))
+        chunks.insert(at, _long_record(sum(map(len, chunks[:at])), short, draw(st.integers(0, 40))))
     chunks += draw(st.lists(st.one_of(honest_record, record, ledgers_map_batch, filler), max_size=6))
     data = head + b"".join(chunks)
-    return data[:len(data) - draw(st.integers(0, min(300, len(data) - len(head))))] if draw(st.booleans()) else data
+    return _LogBytes(data[:len(data) - draw(st.integers(0, min(300, len(data) - len(head))))]
+                     if draw(st.booleans()) else data)
+
+
+class _LogBytes(bytes):
+    """A log's bytes shown (in a failing example) with their runs of zeros by length, not a megabyte of them."""
+
+    def __repr__(self) -> str:
+        return " + ".join(f"bytes({len(part)})" if len(part) >= 64 and not part.strip(b"\0") else repr(bytes(part))
+                          for part in re.split(rb"(\x00{64,})", self) if part)
+
+
+def _long_record(pos: int, short_of_the_chunk: int, ledger_id: int) -> bytes:
+    """An honest record at ``pos`` bytes past the log's first record that ends ``short_of_the_chunk`` bytes before
+    the end of the first chunk a walk from there reads (CHUNK_SIZE bytes): the next record lies across that end (its
+    start of 20 bytes too, when it is that short of it)."""
+    digest_type = DigestType(ledger_id % 4 + 1)
+    framing = len(_record(build_entry(ledger_id, 9, 8, 0, b"", digest_type, b"pw")))
+    payload = bytes(max(0, CHUNK_SIZE - short_of_the_chunk - pos - framing))
+    return _record(build_entry(ledger_id, 9, 8, len(payload), payload, digest_type, b"pw"))
+
+
+@st.composite
+def ledger_tables(draw, met: set[int]) -> KnownLedgers | None:
+    """The pass's ledger table as the native walker is given it (None: none, the walker asks for every ledger): some
+    of the ledgers the log holds and some it does not, each of the kind ``_verifier_for`` gives, appended in any order;
+    some of them asked of ``_verifier_for`` all the same, of a wrong kind in the table (the walker must not use it)."""
+    share = draw(st.sampled_from([None, 0.3, 0.9, 1.0]))
+    if share is None:
+        return None
+    chance = draw(st.randoms(use_true_random=False))
+    ledger_ids = [ledger_id for ledger_id in sorted(met | set(range(0, 200, 7))) if chance.random() < share]
+    chance.shuffle(ledger_ids)
+    asked = {ledger_id for ledger_id in ledger_ids if chance.random() < 0.2}
+    table = LedgerTable()
+    for ledger_id in ledger_ids:
+        verifier = _verifier_for(ledger_id)
+        digest_type = None if verifier is None else verifier.digest_type
+        if ledger_id in asked:
+            digest_type = DigestType.CRC32C if digest_type is None else None
+        table.add(ledger_id, digest_type, b"pw")
+    return KnownLedgers(*table.columns(), asked=array("Q", sorted(asked)))
 
 
 @fuzz_settings(share=2)
@@ -189,14 +240,27 @@ def walkable_entry_logs(draw) -> bytes:
 def test_the_native_walker_finds_what_the_python_walker_finds(data, choices):
     with file_holding(data, "1.log") as path:
         with EntryLog(path, 1) as entry_log:
-            records = [(r.pos, r.ledger_id, r.entry_id) for r in entry_log.records()]
-        start = choices.draw(st.one_of(st.none(), st.sampled_from([p - 4 for p, _, _ in records] or [1024])))
+            data_start = entry_log.header.data_start if entry_log.header else 0
+            walked = [(r.pos, r.ledger_id, r.entry_id, len(r.entry)) for r in entry_log.records()]
+        records = [(pos, ledger_id, entry_id) for pos, ledger_id, entry_id, _ in walked]
+        # (Mostly from the first record when the log is longer than a chunk: it holds a record across the first's end.)
+        start = None if len(data) > CHUNK_SIZE and choices.draw(st.booleans()) else choices.draw(
+            st.one_of(st.none(), st.sampled_from([p - 4 for p, _, _ in records] or [1024])))
         expected = choices.draw(expected_locations(records, start or 0))
+        known = choices.draw(ledger_tables({ledger_id for _, ledger_id, _ in records}))
         pace_interval = choices.draw(st.sampled_from([1, 50, 4096, 1 << 20]))
         stop_at_pace = choices.draw(st.one_of(st.none(), st.integers(1, 4)))
         failures_taken = choices.draw(st.one_of(st.none(), st.integers(1, 2)))
-        reference = _walked(path, PythonWalk, expected, start, pace_interval, stop_at_pace, failures_taken)
-        native = _walked(path, NativeWalk, expected, start, pace_interval, stop_at_pace, failures_taken)
+        chunk_end = (start or data_start) + CHUNK_SIZE
+        across = [chunk_end - (pos - 4) for pos, _, _, length in walked if pos - 4 < chunk_end < pos + length]
+        if across:
+            event("a record across the end of the walk's first chunk" +
+                  (", its first 20 bytes too" if across[0] < RECORD_START_SIZE else ""))
+        event(f"the pass's table given: {known is not None}")
+        reference = _walked(path, lambda log: PythonWalk(log, _verifier_for, expected, start), pace_interval,
+                            stop_at_pace, failures_taken)
+        native = _walked(path, lambda log: NativeWalk(log, _verifier_for, expected, start, known), pace_interval,
+                         stop_at_pace, failures_taken)
     assert native == reference
 
 
