@@ -99,12 +99,6 @@ class BookEntry:
                 "last_seen": self.last_seen, "ended": self.ended, "why": self.why}
 
 
-def finding_key(finding: Finding) -> str:
-    """A finding's identity with its entries and place in the log (what healing settles, finding by finding)."""
-    entries = "" if finding.entries is None else ",".join(f"{a}-{b}" for a, b in finding.entries)
-    return f"{finding.category.value}|{finding.ledger_id}|{finding.entry_log}|{finding.offset}|{entries}"
-
-
 class FindingBook:
     """The findings of the agent of ``state_dir``; ``ledger_dirs`` places findings an earlier version kept."""
 

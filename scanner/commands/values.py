@@ -43,11 +43,3 @@ def rate(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"rate {text}: expected at least 1 byte per second")
     return value
-
-
-def per_second(text: str) -> float:
-    """A count per second, 0 or more (0: unlimited): ``50``, ``2.5``, ``10k``."""
-    try:
-        return parse_quantity(text, "")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
