@@ -209,6 +209,14 @@ static int holds_invariants(const Lean *lean) {
     return 1;
 }
 
+/* The completeness count's sums need 128 bits (a 64-bit GCC or Clang has them); without, the Python reference counts. */
+#ifdef __SIZEOF_INT128__
+#define COUNTS_COMPLETENESS 1
+#else
+#define COUNTS_COMPLETENESS 0
+#endif
+
+#if COUNTS_COMPLETENESS
 /* How many of the ascending ids are below key (bisect_left), at or below key (bisect_right). */
 static Py_ssize_t count_below(const uint64_t *ids, Py_ssize_t n, __int128 key, int or_equal) {
     Py_ssize_t low = 0, high = n;
@@ -292,6 +300,7 @@ static int holds_every_entry(const Lean *lean, const uint64_t *ids, Py_ssize_t n
     }
     return 1;
 }
+#endif /* COUNTS_COMPLETENESS */
 
 /* One ledger: (digest type number or 0, password or None, complete) or None for the Python reference. */
 static PyObject *lean_ledger(PyObject *ledger_id, PyObject *data, const uint8_t *bookie, Py_ssize_t bookie_length,
@@ -327,9 +336,12 @@ static PyObject *lean_ledger(PyObject *ledger_id, PyObject *data, const uint8_t 
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    int complete = 0, usable = view.itemsize == 8 && view.format != NULL && strcmp(view.format, "Q") == 0;
+    int complete = 0, usable = COUNTS_COMPLETENESS && view.itemsize == 8 && view.format != NULL &&
+                               strcmp(view.format, "Q") == 0;
+#if COUNTS_COMPLETENESS
     if (usable)
         complete = holds_every_entry(&lean, (const uint64_t *)view.buf, view.len / 8);
+#endif
     PyBuffer_Release(&view);
     if (!usable)
         Py_RETURN_NONE;

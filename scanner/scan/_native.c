@@ -35,6 +35,25 @@
 #define HAVE_X86_CRC32C 1
 #endif
 
+/* What only Linux has, guarded so that the rest (the record walker above all) builds on any POSIX system with GCC or
+ * Clang. The `.idx` listing reads directories with glibc's getdents64 (since 2.30); without it list_index_files is not
+ * built and indexfile.py lists them. Without O_NOATIME files open plainly; without posix_fadvise nothing is advised.
+ * Without a thread's count of blocks read the process's is taken, and not trusted (READS_COUNTED: /proc/self/io). */
+#if defined(__linux__) && defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 30)
+#define HAVE_GETDENTS64 1
+#endif
+#ifndef O_NOATIME
+#define O_NOATIME 0
+#endif
+#ifndef RUSAGE_THREAD
+#define RUSAGE_THREAD RUSAGE_SELF
+#endif
+#ifndef POSIX_FADV_WILLNEED
+#define POSIX_FADV_WILLNEED 0
+#define POSIX_FADV_DONTNEED 0
+static int posix_fadvise(int fd, off_t offset, off_t length, int advice) { return 0; }
+#endif
+
 /* ---- CRCs on the raw register (callers invert before and after, as zlib and crc32c do) ---------------- */
 
 #define CRC32C_POLY 0x82F63B78u /* Castagnoli, reflected */
@@ -1417,6 +1436,7 @@ static int brought_in(long before) {
     return !READS_COUNTED || before < 0 || blocks_read() != before;
 }
 
+#ifdef HAVE_GETDENTS64
 /* The entries of an open directory, read a buffer at a time. */
 typedef struct {
     int fd;
@@ -1582,6 +1602,7 @@ done:
     Py_DECREF(encoded);
     return found;
 }
+#endif /* HAVE_GETDENTS64 */
 
 static int open_read_only(const char *path) {
     int fd = open(path, O_RDONLY | O_NOATIME | O_CLOEXEC); /* reading must not touch the file's access time */
@@ -1996,8 +2017,10 @@ static PyMethodDef module_methods[] = {
     {"widen", native_widen, METH_VARARGS, "widen(data, out, code): a column narrow() packed, into a uint64 buffer"},
     {"owned_count", native_owned_count, METH_VARARGS,
      "owned_count(entry_ids, low, high, index, size, quorum): entries of [low, high) striped onto ensemble index"},
+#ifdef HAVE_GETDENTS64
     {"list_index_files", native_list_index_files, METH_VARARGS,
      "list_index_files(directory) -> [(ledger id, path)]: the `.idx` / `.rloc` files in directory's subdirectories"},
+#endif
     {"open_index_files", native_open_index_files, METH_VARARGS,
      "open_index_files(paths, ids, locations) -> IndexWindow: `.idx` files opened, the cached ones read into the "
      "columns, the others fetched ahead"},

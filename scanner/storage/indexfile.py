@@ -99,10 +99,10 @@ def index_files(current_dir: Path) -> Iterator[tuple[int, str]]:
     The scan's native code, when it runs (:mod:`scanner.scan.native`), lists each first-level directory's files
     in one call; the loop here is the reference.
     """
-    native = native_code()
+    list_natively = getattr(native_code(), "list_index_files", None)  # (not built where getdents64 is missing)
     for grandparent in _subdirs(current_dir):
-        if native is not None:
-            yield from native.list_index_files(grandparent)
+        if list_natively is not None:
+            yield from list_natively(grandparent)
             continue
         for parent in _subdirs(grandparent):
             with os.scandir(parent) as files:
