@@ -29,6 +29,27 @@ def scan(sample, connect: str, *options: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
+class ThreadOf(threading.Thread):
+    """``target`` run in a thread started at once; :meth:`join` waits for it and raises what it raised."""
+
+    def __init__(self, target):
+        super().__init__(target=self._run_catching, args=(target,), daemon=True)
+        self.raised: BaseException | None = None
+        self.start()
+
+    def _run_catching(self, target) -> None:
+        try:
+            target()
+        except BaseException as exc:  # noqa: BLE001 (handed to the joining thread)
+            self.raised = exc
+
+    def join(self, timeout: float = 90) -> None:
+        super().join(timeout)
+        assert not self.is_alive(), f"{self.name} did not end within {timeout:g}s"
+        if self.raised is not None:
+            raise self.raised
+
+
 def test_a_scan_waits_for_zookeeper_through_an_outage_and_keeps_its_work(own_zookeeper):  # noqa: F811
     server, _, sample = own_zookeeper()
     status, report, err = scan(sample, server.connect_string, "--full-speed")
@@ -90,23 +111,3 @@ def test_reads_in_flight_when_zookeeper_goes_away_wait_for_it_instead_of_failing
         assert len(reads) > before + 20
         assert all(read == expected for read in reads)
 
-
-class ThreadOf(threading.Thread):
-    """``target`` run in a thread started at once; :meth:`join` waits for it and raises what it raised."""
-
-    def __init__(self, target):
-        super().__init__(target=self._run_catching, args=(target,), daemon=True)
-        self.raised: BaseException | None = None
-        self.start()
-
-    def _run_catching(self, target) -> None:
-        try:
-            target()
-        except BaseException as exc:  # noqa: BLE001 (handed to the joining thread)
-            self.raised = exc
-
-    def join(self, timeout: float = 90) -> None:
-        super().join(timeout)
-        assert not self.is_alive(), f"{self.name} did not end within {timeout:g}s"
-        if self.raised is not None:
-            raise self.raised
