@@ -86,4 +86,7 @@ def run(args) -> int:
         agent = Agent(config)
     except StartupError as exc:
         raise UsageError(str(exc)) from None
-    return agent.run()
+    try:
+        return agent.run()
+    except StartupError as exc:  # found once running: the metadata service shows the URI is wrong
+        raise UsageError(str(exc)) from None
