@@ -92,7 +92,8 @@ class Agent:
         self._paused = control.is_paused(self.state_dir)
         self.metadata: CachedMetadata | None = None
         self.config_error: str | None = None  # why the agent cannot begin (the verdict's config_error)
-        self.waiting_for_metadata: str | None = None  # while the metadata service has not answered yet
+        # While the metadata service has not answered yet (nothing is scanned before it has).
+        self.waiting_for_metadata: str | None = "connecting to the metadata service"
         self.marking = None
         self.workers: list[LedgerDirWorker] = []
         self._behind: set[str] = set()  # ledger dirs whose pass the configured rate cannot finish in time

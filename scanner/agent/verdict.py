@@ -71,18 +71,21 @@ def judge(health: dict) -> Verdict:
                                              "damage in place and the agent filed it again", repairing))
     damage = sum(count for category, count in health["findings"].items() if category not in NOT_DAMAGE)
     marks = health["marks"]
-    if damage and (not marks["enabled"] or marks["awaiting"]):
-        why = "not marked yet" if marks["enabled"] else "marking is off ([repair] mark = false)"
+    deferred = [r["ledger_id"] for r in following if r["stage"] == "deferred"]
+    if damage and (not marks["enabled"] or marks["awaiting"] or deferred):
+        why = ("marking is off ([repair] mark = false)" if not marks["enabled"] else
+               "not marked yet" if marks["awaiting"] else
+               _ledgers("not marked yet (auto-recovery disabled, or the ledger is open)", deferred))
         return Verdict("damaged", f"{damage} damage findings open, {why}")
     if damage or following:
         return Verdict("marked", _ledgers("damage marked under-replicated and followed until moved",
                                           [r["ledger_id"] for r in following]))
     if health.get("state_dir_problem"):
         return Verdict("degraded", f"state not saved: {health['state_dir_problem']}")
-    if health.get("zookeeper_connected") is False:
-        return Verdict("degraded", "ZooKeeper lost: scanning on cached metadata, marks wait")
     if health.get("waiting_for_metadata"):
         return Verdict("starting", health["waiting_for_metadata"])
+    if health.get("zookeeper_connected") is False:
+        return Verdict("degraded", "ZooKeeper lost: scanning on cached metadata, marks wait")
     starting = [s for s in health["scanners"] if s["phase"] == "starting"]
     if not health["scanners"] or (starting and len(starting) == len(health["scanners"])):
         first = min((s["start_at"] for s in starting if s.get("start_at")), default=None)
