@@ -30,7 +30,7 @@ from scanner.agent.schedule import pass_schedule
 from scanner.agent.sdnotify import SystemdNotifier
 from scanner.agent.verdict import judge
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue, parse_suspect
-from scanner.units import moment_text, rate_text
+from scanner.units import iso_time, moment_text, rate_text
 from scanner.agent.workcount import MeteredPacer
 from scanner.agent.worker import LedgerDirWorker, WorkerSettings
 from scanner.checks.findings import Category
@@ -448,12 +448,31 @@ class Agent:
             health["waiting_for_metadata"] = self.waiting_for_metadata
         verdict = judge(health)
         health.update(state=verdict.state, state_reason=verdict.reason)
+        _add_iso_times(health)
         return health
 
     def _status_line(self) -> str:
         done = sum(w.cursor.passes_completed for w in self.workers)
         progress = [f"{w.cursor.pass_progress:.0%}" for w in self.workers]
         return f"passes {done}, progress {' '.join(progress)}, findings {sum(self.book.counts().values())}"
+
+
+# Times /health gives as epoch numbers (seconds, or milliseconds for the repair report): each also as an ISO 8601
+# UTC string under the name with _iso appended (added keys: the numbers keep their meaning).
+_SCANNER_TIMES = ("pass_started", "last_pass_finished", "next_pass_at", "start_at", "last_progress")
+_REPAIR_TIMES_MS = ("since_ms", "stage_since_ms", "ended_ms", "next_try_ms", "at_ms")
+
+
+def _add_iso_times(health: dict) -> None:
+    for scanner in health["scanners"]:
+        for key in _SCANNER_TIMES:
+            if scanner.get(key):
+                scanner[key + "_iso"] = iso_time(scanner[key])
+    for row in health["repair"]["following"] + health["repair"]["ended"]:
+        for item in (row, *row["events"]):
+            for key in _REPAIR_TIMES_MS:
+                if item.get(key):
+                    item[key.removesuffix("_ms") + "_iso"] = iso_time(item[key] / 1000)
 
 
 def _apply_throttle(pacer: MeteredPacer, throttle: ThrottleConfig) -> None:

@@ -358,7 +358,7 @@ class FollowUp:
     def _settle(self, record: TrackedMark, plan: LedgerPlan, attempt: Attempt, report: CycleReport) -> None:
         ledger_id, now = record.ledger_id, self._now_ms()
         if attempt.outcome not in (Outcome.BUSY, Outcome.DEFERRED):
-            self.journal.append(attempt.to_json())
+            self.journal.append({**attempt.to_json(), "damaged_entries": [list(r) for r in plan.entries]})
         if attempt.remarked:
             record = self._update(record, now, "marked", "marked again under the ledger's lock", marked_ms=now)
         if attempt.outcome.final:
