@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import statistics
+import time
 
 import pytest
 
 from scanner.agent.schedule import jittered_period
 from scanner.sample.sample_cluster import build_sample
-from test_agent_service import BOOKIE, AgentProcess, wait_for, write_config
+from test_agent_service import BOOKIE, AgentProcess, cli, wait_for, write_config
 
 
 def test_a_jittered_period_stays_within_its_bounds_varies_and_keeps_its_mean():
@@ -31,6 +32,14 @@ def test_pass_work_waits_its_start_delay_suspects_do_not_and_the_next_pass_comes
         agent.wait_ready()
         scanner = agent.scanner()
         assert scanner["phase"] == "starting" and scanner["ledgers_total"] == 0
+        start_at = scanner["start_at"]
+        assert time.time() < start_at <= time.time() + 10 * 86400
+        assert f"{sample.ledger_dir}: pass 1 starts " in cli(config, "status").stdout
+        assert agent.health()["state"] == "starting"
+        # A restart (a crash loop) keeps the draw: the first pass is not put off again.
+        assert agent.terminate() == 0
+        agent.start().wait_ready()
+        assert agent.scanner()["start_at"] == start_at
         assert f'bookie_scanner_waiting{{bookie="{BOOKIE}",ledger_dir="{sample.ledger_dir}"}} 1.0' in agent.metrics()
         assert agent.post_suspect({"ledger": 2})["queued"] == 1
         wait_for(lambda: agent.scanner()["suspects_scanned"] == 1, 30, "the suspect waited for the start delay")

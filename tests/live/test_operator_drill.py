@@ -50,7 +50,7 @@ WRITER_SEEDS = (1, 4, 5)
 ROTATE_SECONDS = 8
 ROTATE_SEEDS = (3, 8)
 MARKS = "/ledgers/underreplication/ledgers"
-READ_ONLY = [make_acl("world", "anyone", read=True)]
+READ_ONLY = [make_acl("world", "anyone", read=True, admin=True)]  # admin: to open them again
 # What each alert says at each verdict (every other alert of these stays quiet).
 ALERTS = {"damaged": ["BookieScannerDamageFound"], "marked": ["BookieScannerDamageFound"],
           "repairing": ["BookieScannerDamageFound"], "escalated": ["BookieScannerUnrepairedDamage"],
