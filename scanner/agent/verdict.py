@@ -64,11 +64,14 @@ def judge(health: dict) -> Verdict:
     if escalated or unrepaired:
         return Verdict("escalated", _ledgers("damage the agent could not repair, the operator's turn", escalated)
                        if escalated else f"{unrepaired} ledgers left unrepaired after their marks were cleared")
-    repairing = [r["ledger_id"] for r in following
-                 if r["stage"] == "remarked" or r["failures"] or r.get("marks_cleared", 0)]
-    if repairing:
-        return Verdict("repairing", _ledgers("a move failed, or a ReplicationWorker cleared the mark with the "
-                                             "damage in place and the agent filed it again", repairing))
+    failed = [r["ledger_id"] for r in following if r["failures"]]
+    cleared = [r["ledger_id"] for r in following if r["stage"] == "remarked" or r.get("marks_cleared", 0)]
+    if failed or cleared:
+        why = [_ledgers("moves failed, tried again", failed)] if failed else []
+        if cleared:
+            why.append(_ledgers("a ReplicationWorker cleared the mark with the damage in place, the agent filed "
+                                "it again", cleared))
+        return Verdict("repairing", "; ".join(why))
     damage = sum(count for category, count in health["findings"].items() if category not in NOT_DAMAGE)
     marks = health["marks"]
     deferred = [r["ledger_id"] for r in following if r["stage"] == "deferred"]

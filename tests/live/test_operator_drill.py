@@ -155,7 +155,7 @@ def _observe(tmp_path: Path, stage: str, agent: AgentProcess, config: Path, ledg
     return {"stage": stage, "http": http, "state": state, "reason": health["state_reason"],
             "status": f"exit {shown.returncode}: {headline.split(': ', 1)[1]}",
             "gauge": _gauge_state(metrics), "moved_total": _counter(metrics, "fragments_moved_total"),
-            "marks": f"{marks['count']} marked" + ("" if row is None else
+            "marks": f"marked: {', '.join(map(str, sorted(marked))) or 'none'}" + ("" if row is None else
                                                    f"; agent follows {ledger}: {row['stage']}, "
                                                    f"{'marked' if row['marked_now'] else 'NOT marked'} now, "
                                                    f"cleared {row['marks_cleared']}x"),
@@ -266,5 +266,5 @@ def test_health_status_metrics_marks_and_alerts_tell_the_same_story_at_every_sta
     print("| stage | /health | status | /metrics state | marks --config | alerts (promtool) |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['stage']} | {r['http']} {r['state']} ({r['reason']}) | {r['status']} | {r['gauge']} "
+        print(f"| {r['stage']} | {r['http']} {r['state']} ({r['reason'] or '-'}) | {r['status']} | {r['gauge']} "
               f"(moved_total {r['moved_total']:g}) | {r['marks']} | {r['alerts']} |")
