@@ -289,3 +289,11 @@ def test_the_repair_follow_up_ends_a_ledgers_findings_everywhere_and_keeps_its_o
     finally:
         book.close()
         metadata.close()
+
+
+def test_damage_opened_is_a_warning_an_orphan_ledger_only_information(book, caplog):
+    orphan = Finding(Category.ORPHAN_LEDGER, 77, None, None, None, "data of a ledger the metadata no longer has")
+    with caplog.at_level("INFO", logger="scanner.agent.findingbook"):
+        book.record(DIR_A, [corrupt(7, 3), orphan])
+    levels = {record.getMessage().split(":")[1].strip(): record.levelname for record in caplog.records}
+    assert levels == {"corrupt_entry ledger 7 entry log 0": "WARNING", "orphan_ledger ledger 77": "INFO"}
