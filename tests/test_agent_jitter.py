@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
 import statistics
 import time
 
 import pytest
 
 from scanner.agent.schedule import jittered_period
+from scanner.agent.startdelay import FILE_NAME
 from scanner.sample.sample_cluster import build_sample
 from test_agent_service import BOOKIE, AgentProcess, cli, wait_for, write_config
 
@@ -55,6 +58,30 @@ def test_pass_work_waits_its_start_delay_suspects_do_not_and_the_next_pass_comes
         period = jittered_period(86400.0, 0.5, f"{BOOKIE}|{sample.ledger_dir}|1")
         assert period != 86400.0
         assert scanner["next_pass_at"] == pytest.approx(scanner["pass_started"] + period)
+        assert agent.terminate() == 0
+    finally:
+        if agent.process.poll() is None:
+            agent.kill()
+
+
+@pytest.mark.slow
+def test_a_start_delay_drawn_before_a_restart_is_kept_and_the_pass_is_timed_from_when_it_began(tmp_path):
+    sample = build_sample(tmp_path / "sample")
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    # A draw made just before this start (as by a start that crashed): kept, not drawn again.
+    start_at = time.time() + 15
+    (state_dir / FILE_NAME).write_text(json.dumps({str(sample.ledger_dir): {"drawn_at": time.time(),
+                                                                            "start_at": start_at}}))
+    config = write_config(tmp_path, sample, f"file:{sample.dump}", start_jitter_minutes=60)
+    agent = AgentProcess(config, state_dir, tmp_path / "agent.err").start()
+    try:
+        agent.wait_ready()
+        assert agent.scanner()["start_at"] == start_at
+        scanner = wait_for(lambda: (s := agent.scanner())["passes_completed"] == 1 and s, 30, "no pass finished")
+        assert scanner["pass_started"] >= start_at  # not when the agent started, 15 s before
+        finished = re.search(r"pass 1 finished in (\d+)s", (tmp_path / "agent.err").read_text())
+        assert finished and int(finished[1]) < 3, finished
         assert agent.terminate() == 0
     finally:
         if agent.process.poll() is None:
