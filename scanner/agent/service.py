@@ -452,9 +452,11 @@ class Agent:
         return health
 
     def _status_line(self) -> str:
+        """systemd's one-line STATUS=: the verdict first, as every other signal gives it."""
         done = sum(w.cursor.passes_completed for w in self.workers)
         progress = [f"{w.cursor.pass_progress:.0%}" for w in self.workers]
-        return f"passes {done}, progress {' '.join(progress)}, findings {sum(self.book.counts().values())}"
+        return (f"{self.health()['state']}: passes {done}, progress {' '.join(progress)}, "
+                f"findings {sum(self.book.counts().values())}")
 
 
 # Times /health gives as epoch numbers (seconds, or milliseconds for the repair report): each also as an ISO 8601

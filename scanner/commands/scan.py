@@ -161,8 +161,20 @@ def give_way() -> None:
 def not_owed(storage, store, bookie_id: str, ledgers: list[int]) -> list[int]:
     """Of ``ledgers``, the ones this bookie's index has though no ensemble of their metadata names the bookie."""
     return [ledger_id for ledger_id in ledgers
-            if storage.ledger_index(ledger_id) is not None and (meta := store.ledger(ledger_id)) is not None
-            and all(fragment.bookie_index(bookie_id) is None for fragment in meta.fragments())]
+            if (meta := store.ledger(ledger_id)) is not None
+            and all(fragment.bookie_index(bookie_id) is None for fragment in meta.fragments())
+            and _indexed(storage, ledger_id)]
+
+
+def _indexed(storage, ledger_id: int) -> bool:
+    """Whether the bookie's index has the ledger (an index that cannot be read is the scan's finding, not this)."""
+    from scanner.storage.dbstorage import DbIndexError
+    from scanner.storage.indexfile import IndexFileError
+
+    try:
+        return storage.ledger_index(ledger_id) is not None
+    except (DbIndexError, IndexFileError, OSError):
+        return False
 
 
 def check_narrowing(storage, store, ledgers: list[int] | None, entry_logs: list[int] | None) -> None:
