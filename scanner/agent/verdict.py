@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scanner.units import iso_time
+
 STATES = ("config_error", "failing", "escalated", "repairing", "damaged", "marked", "degraded", "starting",
           "paused", "healthy")
 FINE = ("healthy", "paused", "starting")
@@ -93,7 +95,7 @@ def judge(health: dict) -> Verdict:
     if not health["scanners"] or (starting and len(starting) == len(health["scanners"])):
         first = min((s["start_at"] for s in starting if s.get("start_at")), default=None)
         return Verdict("starting", "scanners not started yet" if first is None
-                       else f"the first pass starts at {_iso(first)} (start jitter)")
+                       else f"the first pass starts at {iso_time(first)} (start jitter)")
     if health["paused"]:
         return Verdict("paused", "scanning paused by an operator")
     return Verdict("healthy", "")
@@ -105,9 +107,3 @@ def _ledgers(what: str, ledger_ids: list[int]) -> str:
     shown = ", ".join(str(i) for i in sorted(ledger_ids)[:10])
     more = f" and {len(ledger_ids) - 10} more" if len(ledger_ids) > 10 else ""
     return f"{what}: ledger{'s' if len(ledger_ids) > 1 else ''} {shown}{more}"
-
-
-def _iso(epoch: float) -> str:
-    from scanner.units import iso_time
-
-    return iso_time(epoch)
