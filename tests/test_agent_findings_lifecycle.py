@@ -240,7 +240,7 @@ def test_damage_repaired_or_deleted_ends_its_findings_and_health_status_and_the_
         assert not re.search(r'^bookie_scanner_findings\{[^}]*category="(?!orphan_ledger)[^"]*"\} [1-9]',
                              agent.metrics(), re.M)  # what the damage alert sums
         status = cli(config, "status")
-        assert status.returncode == 0 and "OK" in status.stdout.splitlines()[0]
+        assert status.returncode == 0 and status.stdout.splitlines()[0].endswith(": HEALTHY")
         assert agent.terminate() == 0
         agent.start().wait_ready()  # what ended stays ended
         assert agent.health()["findings"] == {"orphan_ledger": 5}

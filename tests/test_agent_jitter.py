@@ -80,8 +80,9 @@ def test_a_start_delay_drawn_before_a_restart_is_kept_and_the_pass_is_timed_from
         assert agent.scanner()["start_at"] == start_at
         scanner = wait_for(lambda: (s := agent.scanner())["passes_completed"] == 1 and s, 30, "no pass finished")
         assert scanner["pass_started"] >= start_at  # not when the agent started, 15 s before
-        finished = re.search(r"pass 1 finished in (\d+)s", (tmp_path / "agent.err").read_text())
-        assert finished and int(finished[1]) < 3, finished
+        finished = wait_for(lambda: re.search(r"pass 1 finished in (\d+)s", (tmp_path / "agent.err").read_text()),
+                            10, "the pass's end was not logged")
+        assert int(finished[1]) < 3, finished[0]
         assert agent.terminate() == 0
     finally:
         if agent.process.poll() is None:
