@@ -26,6 +26,9 @@ class ScanReport:
     bytes_scanned: int = 0
     findings: list[Finding] = field(default_factory=list)
     ledger_names: dict[int, str] = field(default_factory=dict)  # what a damaged ledger holds (Pulsar's names)
+    # Ledgers asked for by name that this bookie's index still has but no ensemble names it in (moved off): its copy
+    # is stale, owed to no one, and was not judged.
+    not_owed: list[int] = field(default_factory=list)
 
     def name_ledgers(self, store) -> None:
         """Look up, in ``store``, what each ledger with a finding belongs to (a Pulsar topic, cursor, schema)."""
@@ -62,6 +65,7 @@ class ScanReport:
             },
             "findings": [{**f.to_json(), "ledger_name": self.ledger_names.get(f.ledger_id)}
                          for f in _ordered(self.findings)],
+            "not_owed_ledgers": sorted(self.not_owed),
         })
 
     def to_text(self) -> str:
@@ -72,8 +76,12 @@ class ScanReport:
             f"  entries verified    {self.entries_verified}",
             f"  bytes scanned       {self.bytes_scanned}",
         ]
+        for ledger_id in sorted(self.not_owed):
+            lines.append(f"ledger {ledger_id}: this bookie is no longer in its ensemble (moved off): the copy still "
+                         f"on disk is stale, owed to no one, not judged, and goes with the bookie's garbage collection")
         if not self.findings:
-            lines.append("no findings: every entry this bookie owes is present and verifies")
+            lines.append("no findings: every entry this bookie owes is present and verifies" if not self.not_owed
+                         else "no findings in what this bookie owes")
             return "\n".join(lines) + "\n"
         lines.append("findings: " + ", ".join(f"{k} {v}" for k, v in self.counts().items()))
         for finding in _ordered(self.findings):

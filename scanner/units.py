@@ -56,3 +56,11 @@ def duration_text(seconds: float) -> str:
 def moment_text(epoch_seconds: float) -> str:
     """A local date and time to the minute, e.g. ``"2024-05-02 14:30"``."""
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch_seconds))
+
+
+def iso_time(epoch_seconds: float) -> str:
+    """UTC to the second in ISO 8601, as the envelope's ``generated_at``: ``"2024-05-02T14:30:05Z"``."""
+    import datetime
+
+    when = datetime.datetime.fromtimestamp(epoch_seconds, datetime.timezone.utc)
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -240,7 +240,7 @@ def test_damage_repaired_or_deleted_ends_its_findings_and_health_status_and_the_
         assert not re.search(r'^bookie_scanner_findings\{[^}]*category="(?!orphan_ledger)[^"]*"\} [1-9]',
                              agent.metrics(), re.M)  # what the damage alert sums
         status = cli(config, "status")
-        assert status.returncode == 0 and "OK" in status.stdout.splitlines()[0]
+        assert status.returncode == 0 and status.stdout.splitlines()[0].endswith(": HEALTHY")
         assert agent.terminate() == 0
         agent.start().wait_ready()  # what ended stays ended
         assert agent.health()["findings"] == {"orphan_ledger": 5}
@@ -289,3 +289,11 @@ def test_the_repair_follow_up_ends_a_ledgers_findings_everywhere_and_keeps_its_o
     finally:
         book.close()
         metadata.close()
+
+
+def test_damage_opened_is_a_warning_an_orphan_ledger_only_information(book, caplog):
+    orphan = Finding(Category.ORPHAN_LEDGER, 77, None, None, None, "data of a ledger the metadata no longer has")
+    with caplog.at_level("INFO", logger="scanner.agent.findingbook"):
+        book.record(DIR_A, [corrupt(7, 3), orphan])
+    levels = {record.getMessage().split(":")[1].strip(): record.levelname for record in caplog.records}
+    assert levels == {"corrupt_entry ledger 7 entry log 0": "WARNING", "orphan_ledger ledger 77": "INFO"}

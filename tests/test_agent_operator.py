@@ -73,7 +73,10 @@ def post_head(length: int) -> bytes:
 
 def test_unsaved_state_is_503_everywhere_changes_nothing_and_health_says_why(tmp_path, running):
     agent, state = running, tmp_path / "state"
-    assert agent.answer("GET", "/health")[0] == 200
+    # The sample's damage found (marking is off): the verdict is damaged, and /health says so with 503.
+    wait_for(lambda: agent.health()["state"] == "damaged", 30, "the sample's damage was not found")
+    status, health = agent.answer("GET", "/health")
+    assert status == 503 and health["status"] == "ok" and "marking is off" in health["state_reason"]
     # Something in the way of the suspect queue's and the pause's files: their writes fail, as on a full disk.
     (state / "suspects.json").unlink(missing_ok=True)
     (state / "suspects.json").mkdir()
@@ -83,18 +86,18 @@ def test_unsaved_state_is_503_everywhere_changes_nothing_and_health_says_why(tmp
     status, answer = agent.answer("POST", "/pause")
     assert status == 503
     status, health = agent.answer("GET", "/health")
-    assert status == 503 and health["status"] == "degraded"
+    assert status == 503 and health["status"] == "degraded" and health["state"] == "damaged"
     assert health["suspects_queued"] == 0 and health["paused"] is False  # nothing changed in memory
     assert "cannot write" in health["state_dir_problem"]
     shown = cli(agent.config_path, "status")
-    assert shown.returncode == 1 and "NEEDS ATTENTION: degraded" in shown.stdout and "NOT SAVED" in shown.stdout
+    assert shown.returncode == 1 and "NEEDS ATTENTION: DAMAGED" in shown.stdout and "NOT SAVED" in shown.stdout
     assert 'bookie_scanner_state_dir_writable{bookie="10.20.0.11:3181"} 0.0' in agent.metrics()
     # Cleared: the same requests succeed and health is 200 again.
     (state / "suspects.json").rmdir()
     (state / "paused").rmdir()
     assert agent.answer("POST", "/suspects", {"ledger": 4}) == (202, {"queued": 1})
     assert cli(agent.config_path, "pause").returncode == 0 and cli(agent.config_path, "resume").returncode == 0
-    wait_for(lambda: agent.answer("GET", "/health")[0] == 200, 10, "health did not recover")
+    wait_for(lambda: agent.health()["status"] == "ok", 10, "health did not recover")
     assert agent.terminate() == 0
     assert "Traceback" not in (tmp_path / "agent.err").read_text()
 

@@ -67,7 +67,7 @@ def test_at_the_configured_rate_every_injected_fault_is_on_health_within_bytes_o
         status = cli(config, "status")
         assert "pass 1 done; the next starts " + time.strftime("%Y-%m-%d", time.localtime(
             scanner["next_pass_at"])) in status.stdout
-        assert status.returncode == 1 and "NEEDS ATTENTION: damage found" in status.stdout
+        assert status.returncode == 1 and "NEEDS ATTENTION: DAMAGED" in status.stdout
         assert "zookeeper" not in status.stdout
         assert agent.terminate() == 0
     finally:

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from scanner.agent.verdict import STATES
 from scanner.sample.sample_cluster import build_sample
 from test_agent_service import REPO, AgentProcess, wait_for, write_config
 
@@ -55,7 +56,12 @@ def test_metrics_pass_promtool_and_one_registry_serves_everything_named(tmp_path
     checked = run(promtool, "check", "metrics", stdin=metrics)
     assert checked.returncode == 0 and not checked.stdout.strip() and not checked.stderr.strip(), checked
     families = set(re.findall(r"^# TYPE (\w+)", metrics, re.M))
+    # Every metric the README names (`bookie_scanner_x`, or `..._x` for the same prefix) is exported.
+    readme = (REPO / "README.md").read_text()
+    promised = {"bookie_scanner_" + name for name in re.findall(r"`(?:bookie_scanner|\.\.\.)_(\w+)", readme)}
+    assert promised <= families, promised - families
     named = {"bookie_scanner_repair_escalations_total", "bookie_scanner_unrepaired_ledgers_total",
+             "bookie_scanner_fragments_moved_total", "bookie_scanner_state",
              "bookie_scanner_build_info", "process_resident_memory_bytes", "python_info",
              "bookie_scanner_read_bytes_total", "bookie_scanner_entries_verified_total",
              "bookie_scanner_digest_failures_total", "bookie_scanner_findings_recorded_total"}
@@ -71,6 +77,11 @@ def test_metrics_pass_promtool_and_one_registry_serves_everything_named(tmp_path
     assert value(f"bookie_scanner_entries_verified_total{{{labels}}}") > 0
     assert value('bookie_scanner_digest_failures_total{bookie="10.20.0.11:3181"}') >= 1  # ledger 2's entry 7
     assert value('bookie_scanner_findings_recorded_total{bookie="10.20.0.11:3181",category="corrupt_entry"}') == 1
+    for counter in ("fragments_moved_total", "repair_escalations_total", "unrepaired_ledgers_total"):
+        assert value(f'bookie_scanner_{counter}{{bookie="10.20.0.11:3181"}}') == 0  # the bookie label, nothing moved
+    # The verdict: one state at 1 (the sample's damage, marking off), every other at 0.
+    assert value('bookie_scanner_state{bookie="10.20.0.11:3181",state="damaged"}') == 1
+    assert sum(value(f'bookie_scanner_state{{bookie="10.20.0.11:3181",state="{state}"}}') for state in STATES) == 1
     dashboard = (REPO / "conf" / "grafana-dashboard.json").read_text()
     used = set(re.findall(r"bookie_scanner_\w+", dashboard + RULES.read_text()))
     assert used - {"bookie_scanner_zookeeper_connected"} <= families, used - families

@@ -302,6 +302,18 @@ def test_write_dump_of_a_dump_keeps_every_node(tmp_path):
     assert again == {path: {**entry, "ctime": None} for path, entry in original.items()}
 
 
+def test_show_and_dump_take_the_metadata_service_from_a_bookie_conf_as_their_help_says(tmp_path, capsys):
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text(f"metadataServiceUri=file:{DUMP}\n")
+    assert main(["metadata", "show", "--bookie-conf", str(conf), "--ledger", "46"]) == 0
+    assert "state: CLOSED, last entry 85, length 186992" in capsys.readouterr().out
+    assert main(["metadata", "dump", "--bookie-conf", str(conf), "-o", str(tmp_path / "d.json")]) == 0
+    assert json.loads((tmp_path / "d.json").read_text())
+    (tmp_path / "empty.conf").write_text("bookiePort=3181\n")
+    assert main(["metadata", "show", "--bookie-conf", str(tmp_path / "empty.conf"), "--ledger", "46"]) == 2
+    assert "names no metadata service" in capsys.readouterr().err
+
+
 def test_show_command(capsys):
     assert main(["metadata", "show", "--metadata", f"file:{DUMP}", "--ledger", "46"]) == 0
     text = capsys.readouterr().out

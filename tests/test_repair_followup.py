@@ -240,7 +240,7 @@ def test_a_move_with_no_bookie_to_go_to_is_escalated_on_its_third_try_and_tried_
     assert row["since_ms"] == 1_800_000_000_000 and row["stage_since_ms"] == int(clock.now * 1000)
     shown = repair_lines(report)  # what `status` prints of it
     assert shown[0] == "  repairing      1 damaged ledgers"
-    assert shown[1].startswith(f"    ledger {LEDGER} (corrupt_entry): ESCALATED since ") and "found " in shown[1]
+    assert shown[1].startswith(f"    ledger {LEDGER} (corrupt_entry): ESCALATED for ") and "found " in shown[1]
 
     # The ledger deleted: the follow-up ends, the mark goes, the history stays in the report a while.
     s = f"{LEDGER:010d}"

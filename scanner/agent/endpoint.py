@@ -1,6 +1,7 @@
 """The agent's HTTP endpoint: GET /health, GET /metrics, POST /suspects, POST /pause, POST /resume.
 
-/health answers 503 unless the agent is ok or paused, so a probe can use it. Bodies are bounded in
+/health answers 200 when the agent's verdict needs no one (healthy, paused, starting) and 503 otherwise
+(``scanner.agent.verdict``: the body's ``state`` says which). Bodies are bounded in
 size and nesting, read with a timeout, and must be as long as their Content-Length says; a request
 whose change cannot be saved (a full or read-only state dir) is answered 503 and changes nothing.
 """
@@ -15,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from scanner.agent.metrics import exposition
+from scanner.agent.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +24,6 @@ MAX_BODY = 1 << 16
 # A suspect body is a list of objects: anything nested deeper is not one.
 MAX_JSON_DEPTH = 4
 READ_TIMEOUT_SECONDS = 10.0
-HEALTHY = ("ok", "paused")
 
 
 def suspect_items(body: bytes) -> list:
@@ -97,7 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             health = self.agent.health()
-            self._json(200 if health["status"] in HEALTHY else 503, health)
+            self._json(Verdict(health["state"], health["state_reason"]).http_status, health)
         elif self.path == "/metrics":
             self._send(200, exposition(self.agent.registry), CONTENT_TYPE_LATEST)
         else:

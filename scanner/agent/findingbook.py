@@ -157,8 +157,7 @@ class FindingBook:
             return []
         with self._lock, self._writing(), self._transaction():
             opened = self._record(ledger_dir, findings)
-        for finding in opened:
-            log.warning("finding: %s: %s", _place(finding), finding.detail)
+        _log_opened(opened)
         return opened
 
     def settle(self, ledger_dir: str, findings: Iterable[Finding], categories: Iterable[Category], *,
@@ -177,8 +176,7 @@ class FindingBook:
                                         (ledger_dir, ledger_id if ledger_id is not None else entry_log,
                                          *(c.value for c in categories)), why, keep=met)
             self._remember_ended(ended)
-        for finding in opened:
-            log.warning("finding: %s: %s", _place(finding), finding.detail)
+        _log_opened(opened)
         return opened
 
     def begin_pass(self, ledger_dir: str) -> None:
@@ -386,6 +384,13 @@ def _joined(before: Finding, now: Finding) -> Finding:
 
 def _marks(values: Iterable) -> str:
     return ", ".join("?" for _ in values)
+
+
+def _log_opened(opened: list[Finding]) -> None:
+    """A line for each finding opened: WARNING for damage, INFO for what is informational (orphan ledgers)."""
+    for finding in opened:
+        log.log(logging.INFO if finding.category.informational else logging.WARNING, "finding: %s: %s",
+                _place(finding), finding.detail)
 
 
 def _place(finding: Finding) -> str:

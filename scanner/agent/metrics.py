@@ -14,7 +14,8 @@ from prometheus_client import (CollectorRegistry, PlatformCollector, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from scanner.envelope import tool_version
-from scanner.repair.followup import ESCALATIONS, UNREPAIRED
+from scanner.agent.verdict import STATES
+from scanner.repair.followup import ESCALATIONS, MOVES, UNREPAIRED
 
 PREFIX = "bookie_scanner_"
 
@@ -45,6 +46,8 @@ class AgentCollector:
 
         yield single(GaugeMetricFamily, "up", "0 while a scanner thread is failing, else 1",
                      0 if health["status"] == "failing" else 1)
+        yield by_label(GaugeMetricFamily, "state", "1 for the agent's verdict (as /health's state says), 0 for the "
+                       "others", "state", {state: int(state == health["state"]) for state in STATES})
         yield single(GaugeMetricFamily, "paused", "1 while scanning is paused by an operator", int(health["paused"]))
         if "zookeeper_connected" in health:
             yield single(GaugeMetricFamily, "zookeeper_connected", "1 while ZooKeeper answers",
@@ -74,7 +77,19 @@ class AgentCollector:
                        "stage", marks["tracked"])
         yield single(CounterMetricFamily, "marks_filed", "Under-replication marks filed since start", marks["filed"])
         yield single(GaugeMetricFamily, "period_seconds", "Configured length of one full pass", health["period_seconds"])
+        for counter in (MOVES, ESCALATIONS, UNREPAIRED):
+            yield _with_bookie(counter, bookie)
         yield from _scanner_metrics(health["scanners"], bookie)
+
+
+def _with_bookie(counter, bookie: str) -> CounterMetricFamily:
+    """The repair follow-up's counter (one per process, as one process follows one bookie) with the bookie's label."""
+    family = CounterMetricFamily(PREFIX + counter._name.removeprefix(PREFIX), counter._documentation,
+                                 labels=("bookie",))
+    total = sum(sample.value for metric in counter.collect() for sample in metric.samples
+                if sample.name.endswith("_total"))
+    family.add_metric([bookie], total)
+    return family
 
 
 # health's per-scanner key -> (family, name, help)
@@ -91,6 +106,8 @@ _SCANNER_METRICS = {
     "pass_started": (GaugeMetricFamily, "pass_started_timestamp_seconds", "When the current pass started"),
     "last_pass_finished": (GaugeMetricFamily, "last_pass_finished_timestamp_seconds", "When the last full pass ended"),
     "next_pass_at": (GaugeMetricFamily, "next_pass_timestamp_seconds", "When the next pass starts (while waiting)"),
+    "start_at": (GaugeMetricFamily, "pass_start_timestamp_seconds",
+                 "When pass work begins after the start delay (while it waits for it)"),
     "last_progress": (GaugeMetricFamily, "last_progress_timestamp_seconds", "When the scanner last moved its cursor"),
     "suspects_scanned": (CounterMetricFamily, "suspects_scanned", "Suspects scanned since start"),
     "bytes_read": (CounterMetricFamily, "read_bytes", "Bytes read from the bookie's files since start"),
@@ -146,8 +163,6 @@ def agent_registry(health) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(health))
     registry.register(_Constant(_build_info()))
-    for counter in (ESCALATIONS, UNREPAIRED):
-        registry.register(counter)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     return registry

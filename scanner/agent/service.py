@@ -28,12 +28,13 @@ from scanner.agent.logtail import LogTail
 from scanner.agent.metrics import agent_registry
 from scanner.agent.schedule import pass_schedule
 from scanner.agent.sdnotify import SystemdNotifier
+from scanner.agent.verdict import judge
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue, parse_suspect
-from scanner.units import moment_text, rate_text
+from scanner.units import iso_time, moment_text, rate_text
 from scanner.agent.workcount import MeteredPacer
 from scanner.agent.worker import LedgerDirWorker, WorkerSettings
 from scanner.checks.findings import Category
-from scanner.metadata.store import MetadataUnavailable
+from scanner.metadata.store import MetadataMisconfigured, MetadataUnavailable
 from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
 from scanner.scan.targeted import BookieScanner
 from scanner.scan.native import walker_in_use
@@ -47,8 +48,14 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
 MARK_SECONDS = 5.0
 FOLLOW_UP_SECONDS = 3600.0
-MOVE_SECONDS = 10.0  # with re-replication, damage is moved within seconds of being marked
+MOVE_SECONDS = 1.0  # with re-replication: a move due (a new mark, a retry) is made within a second
 CONNECT_RETRY_SECONDS = 5.0
+CONNECT_TIMEOUT_SECONDS = 2.0  # one try at start: short, so SIGTERM is served within a few seconds
+# A metadata service that never answered since the start is shown as a configuration error after this
+# (a wrong host or port looks so; so does ZooKeeper down): the agent keeps trying.
+UNREACHED_IS_CONFIG_ERROR_SECONDS = 60.0
+# A ZooKeeper that answers without the ledgers root (or refuses the credentials) this long: exit 2.
+MISCONFIGURED_GIVE_UP_SECONDS = 30.0
 STOP_JOIN_SECONDS = 30.0
 
 
@@ -84,6 +91,9 @@ class Agent:
         self.suspects = SuspectQueue(self.state_dir, config.suspect_window_seconds, config.suspect_limit)
         self._paused = control.is_paused(self.state_dir)
         self.metadata: CachedMetadata | None = None
+        self.config_error: str | None = None  # why the agent cannot begin (the verdict's config_error)
+        # While the metadata service has not answered yet (nothing is scanned before it has).
+        self.waiting_for_metadata: str | None = "connecting to the metadata service"
         self.marking = None
         self.workers: list[LedgerDirWorker] = []
         self._behind: set[str] = set()  # ledger dirs whose pass the configured rate cannot finish in time
@@ -108,6 +118,7 @@ class Agent:
         control.write_address(self.state_dir, self.endpoint.address)
         try:
             if not self._connect():
+                self._log_stop_signal()
                 return 0
             self.suspects.drain_inbox(self.route)  # before the scanners start: what waited there goes first
             self._start_workers()
@@ -119,9 +130,7 @@ class Agent:
                 if self._reload.is_set():
                     self._reload.clear()
                     self.reload()
-            if self._stop_signal is not None:
-                log.info("%s received: stopping at the next record, cursors saved",
-                         signal.Signals(self._stop_signal).name)
+            self._log_stop_signal()
             self.notifier.stopping()
             return 0
         finally:
@@ -130,21 +139,50 @@ class Agent:
     def stop(self) -> None:
         self._stop.set()
 
+    def _log_stop_signal(self) -> None:
+        if self._stop_signal is not None:
+            log.info("%s received: stopping at the next record, cursors saved",
+                     signal.Signals(self._stop_signal).name)
+
     def _on_stop_signal(self, signum, frame) -> None:
         self._stop_signal = signum  # logged by the main loop: no logging inside a signal handler
         self._stop.set()
 
     def _connect(self) -> bool:
-        """Open the metadata store, retrying while it is unreachable; False if stopped first."""
+        """Open the metadata store, retrying while it is unreachable; False if stopped first.
+
+        What keeps it from opening is shown on /health: ``waiting_for_metadata`` at first, a ``config_error``
+        once the service answered without the ledgers root (or refused the credentials), or never answered
+        for ``UNREACHED_IS_CONFIG_ERROR_SECONDS``. StartupError (exit 2) once the service answered so for
+        ``MISCONFIGURED_GIVE_UP_SECONDS``: a wrong root or password is not fixed by waiting.
+        """
+        started = time.monotonic()
+        misconfigured_since: float | None = None
         while True:
             try:
-                self.metadata = CachedMetadata(open_metadata(self.metadata_uri))
+                self.metadata = CachedMetadata(open_metadata(self.metadata_uri,
+                                                             connect_timeout=CONNECT_TIMEOUT_SECONDS))
+                self.config_error = self.waiting_for_metadata = None
                 break
+            except MetadataMisconfigured as exc:
+                now = time.monotonic()
+                misconfigured_since = misconfigured_since if misconfigured_since is not None else now
+                self.config_error = f"{exc}; check [metadata] uri (or the bookie conf's metadataServiceUri)"
+                if now - misconfigured_since >= MISCONFIGURED_GIVE_UP_SECONDS:
+                    raise StartupError(f"{self.config_error}: still so after {MISCONFIGURED_GIVE_UP_SECONDS:g}s, "
+                                       f"giving up") from None
             except MetadataUnavailable as exc:
-                self.notifier.status(f"waiting for metadata: {exc}")
-                log.warning("metadata unavailable at start, retrying in %gs: %s", CONNECT_RETRY_SECONDS, exc)
-                if self._stop.wait(CONNECT_RETRY_SECONDS):
-                    return False
+                misconfigured_since = None
+                unreached = time.monotonic() - started
+                self.waiting_for_metadata = f"waiting for the metadata service: {exc}"
+                if unreached >= UNREACHED_IS_CONFIG_ERROR_SECONDS:
+                    self.config_error = (f"{exc}; not reached in the {unreached:.0f}s since the start: a wrong host "
+                                         f"or port in [metadata] uri looks like this (or ZooKeeper is down)")
+            problem = self.config_error or self.waiting_for_metadata
+            self.notifier.status(problem)
+            log.warning("metadata unavailable at start, retrying in %gs: %s", CONNECT_RETRY_SECONDS, problem)
+            if self._stop.wait(CONNECT_RETRY_SECONDS):
+                return False
         if self.config.mark:
             if self.metadata.client is None:
                 raise StartupError(f"{self.config.source}: [repair] mark needs ZooKeeper metadata, not {self.metadata_uri}")
@@ -368,7 +406,7 @@ class Agent:
             status = "starting"
         elif any(s["error"] or s["stalled"] for s in scanners):
             status = "failing"
-        elif state_problem or (self.on_zookeeper and not connected):
+        elif state_problem or (self.on_zookeeper and self.metadata is not None and not connected):
             status = "degraded"
         else:
             status = "paused" if self._paused else "ok"
@@ -404,12 +442,39 @@ class Agent:
         }
         if self.on_zookeeper:
             health["zookeeper_connected"] = connected
+        if self.config_error:
+            health["config_error"] = self.config_error
+        elif self.waiting_for_metadata:
+            health["waiting_for_metadata"] = self.waiting_for_metadata
+        verdict = judge(health)
+        health.update(state=verdict.state, state_reason=verdict.reason)
+        _add_iso_times(health)
         return health
 
     def _status_line(self) -> str:
+        """systemd's one-line STATUS=: the verdict first, as every other signal gives it."""
         done = sum(w.cursor.passes_completed for w in self.workers)
         progress = [f"{w.cursor.pass_progress:.0%}" for w in self.workers]
-        return f"passes {done}, progress {' '.join(progress)}, findings {sum(self.book.counts().values())}"
+        return (f"{self.health()['state']}: passes {done}, progress {' '.join(progress)}, "
+                f"findings {sum(self.book.counts().values())}")
+
+
+# Times /health gives as epoch numbers (seconds, or milliseconds for the repair report): each also as an ISO 8601
+# UTC string under the name with _iso appended (added keys: the numbers keep their meaning).
+_SCANNER_TIMES = ("pass_started", "last_pass_finished", "next_pass_at", "start_at", "last_progress")
+_REPAIR_TIMES_MS = ("since_ms", "stage_since_ms", "ended_ms", "next_try_ms", "at_ms")
+
+
+def _add_iso_times(health: dict) -> None:
+    for scanner in health["scanners"]:
+        for key in _SCANNER_TIMES:
+            if scanner.get(key):
+                scanner[key + "_iso"] = iso_time(scanner[key])
+    for row in health["repair"]["following"] + health["repair"]["ended"]:
+        for item in (row, *row["events"]):
+            for key in _REPAIR_TIMES_MS:
+                if item.get(key):
+                    item[key.removesuffix("_ms") + "_iso"] = iso_time(item[key] / 1000)
 
 
 def _apply_throttle(pacer: MeteredPacer, throttle: ThrottleConfig) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import shutil
 import threading
 import time
@@ -27,6 +26,7 @@ from scanner.agent.cursor import ENTRY_LOGS, LEDGERS, WAITING, Cursor, cursor_pa
 from scanner.agent.findingbook import FindingBook
 from scanner.agent.liveness import BeatingMetadata, Heartbeat
 from scanner.agent.schedule import jittered_period
+from scanner.agent.startdelay import start_time
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue
 from scanner.checks.findings import Category, Finding
 from scanner.metadata.store import MetadataUnavailable
@@ -85,6 +85,7 @@ class WorkerStatus:
     entries_verified: int = 0  # digests checked by this worker's passes since the agent started
     next_pass_due: float = 0.0  # epoch seconds: when the next pass starts, once this one is done (jitter included)
     stalled_seconds: float = 0.0  # neither progressing nor idle by design this long (see scanner.agent.liveness)
+    start_at: float | None = None  # epoch seconds: when pass work begins after the start delay (None: begun)
 
 
 class _Interrupted(Exception):
@@ -145,7 +146,8 @@ class LedgerDirWorker:
         self.suspects_scanned = 0
         self.error: str | None = None
         self.last_progress = clock()
-        self._start_after = clock() + random.uniform(0, settings.start_jitter_seconds)  # pass work, not suspects
+        # Pass work, not suspects; the draw survives a restart (scanner.agent.startdelay).
+        self._start_after = start_time(settings.state_dir, self.ledger_dir, settings.start_jitter_seconds, clock())
         self._stopping = threading.Event()
         self._saved_at = clock()
         self._saved: Cursor | None = None
@@ -192,7 +194,8 @@ class LedgerDirWorker:
                             cursor.pass_started, cursor.last_pass_finished, self.last_progress,
                             self.suspects_scanned, self.error,
                             self.entries_verified(),
-                            self.next_pass_due(), self.stalled_seconds())
+                            self.next_pass_due(), self.stalled_seconds(),
+                            self._start_after if phase == STARTING else None)
 
     def entries_verified(self) -> int:
         """Digests checked by this worker's passes since the agent started: closed passes and the current one."""
@@ -336,6 +339,8 @@ class LedgerDirWorker:
     def _ledger_phase(self) -> None:
         """The dir's index read once: conditions 1 and 2 for its ledgers, the locations the walk will check."""
         self._close_pass()
+        if self.cursor.ledgers_done == 0:  # the pass begins now, not when the start delay began
+            self._advance(pass_started=self.clock())
         self._retune()
         full = self._build_pass()
         self.book.record(self.ledger_dir, full.judge_index())

@@ -61,6 +61,21 @@ def metadata_uri(args, layout=None) -> str:
     return uri
 
 
+def uri_from_bookie_conf(path) -> str:
+    """The metadata service a bk_server.conf names (metadataServiceUri, or zkServers + zkLedgersRootPath)."""
+    from scanner.metadata.uri import metadata_uri_from_conf
+    from scanner.storage.layout import parse_properties
+
+    try:
+        conf = parse_properties(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    uri = metadata_uri_from_conf(conf)
+    if not uri:
+        raise UsageError(f"{path} names no metadata service (metadataServiceUri, or zkServers)")
+    return uri
+
+
 def metadata_store(args, layout=None):
     """The metadata store named by --metadata, or by the bookie's conf; a UsageError says what to fix."""
     from scanner.metadata.ledger_paths import LayoutError

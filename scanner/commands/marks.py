@@ -14,6 +14,11 @@ DESCRIPTION = """\
 List every ledger marked under-replicated in ZooKeeper (read-only): the bookies whose copies the
 mark names, when it was marked and how long ago, and which ReplicationWorker holds its lock.
 Also says whether auto-recovery is disabled (underreplication/disable).
+
+With --config (the agent's TOML config) it also lists the damaged ledgers that agent follows, with
+whether their mark is there now: BookKeeper's ReplicationWorker reads without verifying digests, so it
+can clear a mark with a readable corrupt copy still in place, and the agent files it again; between
+the two this list shows no mark for a ledger the agent still repairs, and this says so.
 """
 
 
@@ -23,6 +28,9 @@ def register(subparsers) -> None:
     add_metadata_option(parser)
     parser.add_argument("--bookie-conf", metavar="FILE", type=Path,
                         help="take the metadata service from this bk_server.conf when --metadata is not given")
+    parser.add_argument("--config", metavar="FILE", type=Path,
+                        help="an agent's TOML config: also list the damaged ledgers it follows (and take the metadata "
+                             "service from it when neither --metadata nor --bookie-conf is given)")
     add_format_option(parser)
     parser.set_defaults(func=run)
 
@@ -31,7 +39,8 @@ def run(args) -> int:
     from scanner.metadata.store import MetadataUnavailable
     from scanner.repair.after_scan import marks_for
 
-    store = _open_store(args)
+    agent = None if args.config is None else _agent_config(args.config)
+    store = _open_store(args, agent)
     try:
         marks = marks_for(store)
         enabled = marks.replication_enabled()
@@ -41,8 +50,46 @@ def run(args) -> int:
     finally:
         store.close()
     document = {"replication_enabled": enabled, "count": len(listed), "ledgers": [m.to_json() for m in listed]}
-    emit(args, "marks", document, _text(enabled, listed))
+    lines = _text(enabled, listed)
+    if agent is not None:
+        following = _agent_following(agent, {m.ledger_id for m in listed})
+        document["agent_following"] = following
+        lines += _following_text(following)
+    emit(args, "marks", document, lines)
     return 0
+
+
+def _agent_config(path: Path):
+    from scanner.commands.run import load
+
+    return load(path)
+
+
+def _agent_following(config, marked: set[int]) -> list[dict]:
+    """The damaged ledgers the agent of ``config`` follows (its saved follow-up state, read only)."""
+    from scanner.repair.followup import STATE_FILE, TrackedMark
+    from scanner.statefile import DamagedStateFile, read_json
+
+    path = config.state_dir / STATE_FILE
+    try:
+        state = read_json(path) or {}
+        records = [TrackedMark.from_json(obj) for obj in state.get("marks", [])]
+    except (DamagedStateFile, OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"cannot read the agent's follow-up state {path}: {exc}") from None
+    return [{"ledger_id": r.ledger_id, "bookie_id": r.bookie_id, "stage": r.stage.value,
+             "marked_now": r.ledger_id in marked, "marks_cleared": r.marks_cleared}
+            for r in sorted(records, key=lambda r: r.ledger_id)]
+
+
+def _following_text(following: list[dict]) -> list[str]:
+    lines = [f"the agent follows {len(following)} damaged ledger{'s' if len(following) != 1 else ''} of its bookie"]
+    for row in following:
+        line = f"ledger {row['ledger_id']}  {row['stage']}  {'marked' if row['marked_now'] else 'NOT marked now'}"
+        if row["marks_cleared"]:
+            line += (f"; a ReplicationWorker cleared its mark {row['marks_cleared']} time(s) with the damage still "
+                     f"on {row['bookie_id']}, and the agent filed it again")
+        lines.append(line)
+    return lines
 
 
 def _text(enabled: bool, listed) -> list[str]:
@@ -62,20 +109,19 @@ def _text(enabled: bool, listed) -> list[str]:
     return lines
 
 
-def _open_store(args):
+def _open_store(args, agent):
+    from scanner.commands.bookie_args import uri_from_bookie_conf
     from scanner.metadata.store import MetadataUnavailable
-    from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
-    from scanner.storage.layout import parse_properties
+    from scanner.metadata.uri import open_metadata
 
     uri = args.metadata
     if uri is None and args.bookie_conf is not None:
-        try:
-            conf = parse_properties(args.bookie_conf.read_text(encoding="utf-8", errors="replace"))
-        except OSError as exc:
-            raise UsageError(f"cannot read {args.bookie_conf}: {exc.strerror or exc}") from None
-        uri = metadata_uri_from_conf(conf)
+        uri = uri_from_bookie_conf(args.bookie_conf)
+    elif uri is None and agent is not None:
+        uri = agent.metadata_uri or uri_from_bookie_conf(agent.bookie_conf)
     if not uri:
-        raise UsageError("no metadata service: pass --metadata zk://HOST:PORT/ledgers or --bookie-conf FILE")
+        raise UsageError("no metadata service: pass --metadata zk://HOST:PORT/ledgers, --bookie-conf FILE or "
+                         "--config FILE")
     try:
         return open_metadata(uri)
     except MetadataUnavailable as exc:

@@ -6,9 +6,11 @@ import datetime
 import os
 import sys
 
+from pathlib import Path
+
 from scanner.cli import UsageError
 from scanner.commands import values
-from scanner.commands.bookie_args import add_metadata_option, metadata_store
+from scanner.commands.bookie_args import add_metadata_option, metadata_store, uri_from_bookie_conf
 from scanner.commands.output import add_format_option, add_show_secrets_option, emit
 
 EXIT_NOT_FOUND = 1
@@ -29,6 +31,7 @@ def register(subparsers) -> None:
         '([{"path", "data_b64", "ephemeral", "mzxid", "version", "ctime"}]).',
     )
     add_metadata_option(dump)
+    _add_bookie_conf_option(dump)
     dump.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     dump.set_defaults(func=_dump)
 
@@ -39,6 +42,7 @@ def register(subparsers) -> None:
         "Its password and master key are write credentials and are not shown unless --show-secrets.",
     )
     add_metadata_option(show)
+    _add_bookie_conf_option(show)
     show.add_argument("--ledger", metavar="ID", type=values.ledger_id, required=True, help="the ledger id (decimal)")
     add_format_option(show)
     add_show_secrets_option(show)
@@ -89,9 +93,18 @@ def show_ledger(args) -> int:
     return 0
 
 
+def _add_bookie_conf_option(parser) -> None:
+    parser.add_argument("--bookie-conf", metavar="FILE", type=Path,
+                        help="take the metadata service from this bk_server.conf when --metadata is not given")
+
+
 def _store(args):
+    conf = getattr(args, "bookie_conf", None)
+    if not args.metadata and conf is None:
+        raise UsageError("say where the metadata is: --metadata zk://HOST:PORT/ledgers, --metadata file:DUMP.json "
+                         "or --bookie-conf FILE (its metadataServiceUri)")
     if not args.metadata:
-        raise UsageError("say where the metadata is: --metadata zk://HOST:PORT/ledgers or --metadata file:DUMP.json")
+        args.metadata = uri_from_bookie_conf(conf)
     return metadata_store(args)
 
 

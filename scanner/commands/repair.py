@@ -96,13 +96,13 @@ def run(args) -> int:
             check_narrowing(storage, store, args.ledger, None)
             findings = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger).findings
         mover = Rereplicator(store, layout.bookie_id, bytes_per_second=args.copy_rate, timeout=args.timeout)
-        attempts = []
+        attempts = []  # (attempt, the damaged entries it was about)
         for ledger_id, damage in sorted(damage_by_ledger(findings).items()):
             entries = merge_ranges([r for f in damage for r in f.entries])
             attempt = mover.rereplicate(ledger_id, entries, dry_run=args.dry_run)
             if journal is not None and not args.dry_run:
-                journal.append(attempt.to_json())
-            attempts.append(attempt)
+                journal.append(attempt_record(attempt, entries))
+            attempts.append((attempt, entries))
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata became unavailable: {exc}") from None
     finally:
@@ -110,17 +110,26 @@ def run(args) -> int:
     done = {Outcome.WOULD_MOVE if args.dry_run else Outcome.MOVED, Outcome.NOT_NEEDED}
     if args.format == "json":
         write_document(envelope("repair_report", {"bookie_id": layout.bookie_id, "dry_run": args.dry_run,
-                                                  "attempts": [a.to_json() for a in attempts]}))
+                                                  "attempts": [attempt_record(a, e) for a, e in attempts]}))
     else:
         sys.stdout.write(_text(layout.bookie_id, args.dry_run, attempts))
-    return 0 if all(a.outcome in done for a in attempts) else 1
+    return 0 if all(a.outcome in done for a, _ in attempts) else 1
+
+
+def attempt_record(attempt, damaged) -> dict:
+    """An attempt as the journal and the report keep it, with the damaged entries it was about."""
+    return {**attempt.to_json(), "damaged_entries": [list(r) for r in damaged]}
 
 
 def _text(bookie_id: str, dry_run: bool, attempts) -> str:
+    from scanner.checks.findings import count_in_ranges
+
     mode = "dry run: nothing written" if dry_run else "moving damaged fragments"
     lines = [f"repair of bookie {bookie_id} ({mode})"]
-    for a in attempts:
-        lines.append(f"  ledger {a.ledger_id}: {a.outcome.value}: {a.detail}")
+    for a, damaged in attempts:
+        shown = ", ".join(str(x) if x == y else f"{x}-{y}" for x, y in damaged[:8])
+        more = "" if len(damaged) <= 8 else f", ... ({count_in_ranges(damaged)} in all)"
+        lines.append(f"  ledger {a.ledger_id} (damaged entries {shown}{more}): {a.outcome.value}: {a.detail}")
     if not attempts:
         lines.append("  nothing to repair: no lost, corrupt or missing entries")
     return "\n".join(lines) + "\n"

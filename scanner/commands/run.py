@@ -81,9 +81,14 @@ def run(args) -> int:
     # kazoo logs every failed reconnect, the store every lost connection (for one-shot commands); the agent
     # says itself, once, when ZooKeeper is lost and when it is back.
     logging.getLogger("scanner.metadata.zookeeper").setLevel(logging.ERROR)
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # apscheduler warns each time a job is skipped because its last run goes on (a move of minutes, with the
+    # follow-up due every second): expected, not worth a line; a job that raises is still logged (ERROR).
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
     try:
         agent = Agent(config)
     except StartupError as exc:
         raise UsageError(str(exc)) from None
-    return agent.run()
+    try:
+        return agent.run()
+    except StartupError as exc:  # found once running: the metadata service shows the URI is wrong
+        raise UsageError(str(exc)) from None

@@ -97,6 +97,7 @@ def run(args) -> int:
             report = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger,
                                  entry_logs=args.entry_log, pacer=Pacer(bytes_per_second=rate),
                                  progress=ProgressLine(), scratch=Path(work_dir), parallel=parallel)
+            report.not_owed = not_owed(storage, store, layout.bookie_id, args.ledger or [])
         report.name_ledgers(store)
         repair = None
         if args.mark:
@@ -155,6 +156,25 @@ def give_way() -> None:
         print(f"bookie-scanner: reading at normal I/O priority ({refused})", file=sys.stderr)
     if os.getpriority(os.PRIO_PROCESS, 0) < GUEST_NICENESS:
         os.setpriority(os.PRIO_PROCESS, 0, GUEST_NICENESS)
+
+
+def not_owed(storage, store, bookie_id: str, ledgers: list[int]) -> list[int]:
+    """Of ``ledgers``, the ones this bookie's index has though no ensemble of their metadata names the bookie."""
+    return [ledger_id for ledger_id in ledgers
+            if (meta := store.ledger(ledger_id)) is not None
+            and all(fragment.bookie_index(bookie_id) is None for fragment in meta.fragments())
+            and _indexed(storage, ledger_id)]
+
+
+def _indexed(storage, ledger_id: int) -> bool:
+    """Whether the bookie's index has the ledger (an index that cannot be read is the scan's finding, not this)."""
+    from scanner.storage.dbstorage import DbIndexError
+    from scanner.storage.indexfile import IndexFileError
+
+    try:
+        return storage.ledger_index(ledger_id) is not None
+    except (DbIndexError, IndexFileError, OSError):
+        return False
 
 
 def check_narrowing(storage, store, ledgers: list[int] | None, entry_logs: list[int] | None) -> None:

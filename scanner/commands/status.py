@@ -15,9 +15,11 @@ EXIT_NOT_RUNNING = 3
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "status", help="show the running agent's health",
-        description="Ask the agent of this config for its health. Exit status: 0 ok (or paused), 1 degraded, "
-                    "failing or damage found (the headline says which), 2 configuration error, 3 agent not "
-                    "running (saved progress is shown).",
+        description="Ask the agent of this config for its health. The headline is the agent's verdict (the "
+                    "state /health and the bookie_scanner_state metric carry). Exit status: 0 healthy, paused or "
+                    "starting; 1 any other state (failing, escalated, repairing, damaged, marked, degraded: the "
+                    "headline says which and why); 2 configuration error (of this command, or the agent's "
+                    "config_error); 3 agent not running (saved progress is shown).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", metavar="FILE", type=Path, required=True, help="the agent's TOML config")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
@@ -38,30 +40,35 @@ def run(args) -> int:
         write_document(envelope("agent_status", health))
     else:
         sys.stdout.write(health_text(health))
-    return 0 if not _problems(health) else 1
+    return _verdict(health).exit_status
 
 
-def _damaged(health: dict) -> bool:
-    return any(count for category, count in health["findings"].items() if category != "orphan_ledger")
+def _verdict(health: dict):
+    from scanner.agent.verdict import Verdict
 
-
-def _problems(health: dict) -> list[str]:
-    """What makes the exit status 1; none: 0."""
-    problems = [] if health["status"] in ("ok", "paused") else [health["status"]]
-    return problems + (["damage found"] if _damaged(health) else [])
+    return Verdict(health["state"], health["state_reason"])
 
 
 def health_text(health: dict) -> str:
-    """The health JSON as a few lines for a person; the headline says what the exit status says."""
-    problems = _problems(health)
-    verdict = "NEEDS ATTENTION: " + ", ".join(problems) if problems else "OK"
-    if health["paused"]:
-        verdict += " (paused)"
-    lines = [f"bookie {health['bookie_id']} ({health['storage']} storage): {verdict}",
+    """The health JSON as a few lines for a person; the headline is the verdict, as the exit status is."""
+    verdict = _verdict(health)
+    headline = verdict.state.upper().replace("_", " ")
+    if verdict.exit_status:
+        headline = "NEEDS ATTENTION: " + headline
+    if verdict.reason:
+        headline += f" ({verdict.reason})"
+    if health["paused"] and verdict.state != "paused":
+        headline += " (paused)"
+    lines = [f"bookie {health['bookie_id']} ({health['storage']} storage): {headline}",
              f"  record walker  {health['record_walker']}"]
     if "zookeeper_connected" in health:
-        lines.append("  zookeeper      " + ("connected" if health["zookeeper_connected"]
-                                           else "NOT connected (scanning on cached metadata)"))
+        if health.get("config_error") or health.get("waiting_for_metadata"):
+            zookeeper = "NOT connected yet: nothing is scanned until it answers"
+        elif health["zookeeper_connected"]:
+            zookeeper = "connected"
+        else:
+            zookeeper = "NOT connected (scanning on cached metadata)"
+        lines.append("  zookeeper      " + zookeeper)
     if health.get("state_dir_problem"):
         lines.append(f"  state dir      NOT SAVED: {health['state_dir_problem']}")
     lines.append(f"  suspects       {health['suspects_queued']} queued")
@@ -90,8 +97,11 @@ def repair_lines(repair: dict) -> list[str]:
     for row in repair["following"]:
         last = row["events"][-1] if row["events"] else None
         step = f"; {last['what']}: {last['detail']}" if last else ""
-        lines.append(f"    ledger {row['ledger_id']} ({row['category']}): {row['stage'].upper()} since "
-                     f"{ago(row['stage_since_ms'])}, found {ago(row['since_ms'])}{step}")
+        lines.append(f"    ledger {row['ledger_id']} ({row['category']}): {row['stage'].upper()} for "
+                     f"{ago(row['stage_since_ms']).removesuffix(' ago')}, found {ago(row['since_ms'])}{step}")
+        if row.get("marks_cleared"):
+            lines.append(f"      BookKeeper's ReplicationWorker cleared the mark {row['marks_cleared']} time(s) with "
+                         f"the damage still here; the agent filed it again ('marks' may show 0 in between)")
     if repair["ended_total"]:
         lines.append(f"  repaired       {repair['ended_total']} lately")
     for row in repair["ended"][:10]:
@@ -112,6 +122,10 @@ def _scanner_lines(scanner: dict) -> list[str]:
         eta_text = "" if eta is None else f", ETA {duration_text(eta)}"
         lines = [f"  {scanner['ledger_dir']}: {scanner['phase']} {scanner['pass_progress']:.1%} of pass "
                  f"{scanner['passes_completed'] + 1}{eta_text}, at {rate}"]
+        if scanner.get("start_at") is not None:
+            lines = [f"  {scanner['ledger_dir']}: pass {scanner['passes_completed'] + 1} starts "
+                     f"{moment_text(scanner['start_at'])} (in {duration_text(scanner['start_at'] - time.time())}, "
+                     f"the start delay); suspects are scanned meanwhile"]
     if scanner.get("behind_schedule"):
         needed = scanner.get("needed_bytes_per_second")
         lines.append("      BEHIND SCHEDULE: " + ("past its period" if needed is None

@@ -28,6 +28,11 @@ class MetadataUnavailable(Exception):
     """The metadata cannot be read at all (unreachable, not authorized, no such root); one line."""
 
 
+class MetadataMisconfigured(MetadataUnavailable):
+    """The metadata service answered, and its answer shows the URI is wrong (no such ledgers root, credentials
+    refused): waiting will not fix it."""
+
+
 @dataclass(frozen=True, slots=True)
 class ZNode:
     path: str

@@ -31,7 +31,8 @@ from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from scanner.metadata.ledger_paths import LAYOUT_NODE, LedgerManager
-from scanner.metadata.store import MetadataStore, MetadataUnavailable, ZNode, check_root, resolve_manager
+from scanner.metadata.store import (MetadataMisconfigured, MetadataStore, MetadataUnavailable, ZNode, check_root,
+                                    resolve_manager)
 
 # kazoo's chatter (every failed connection attempt) goes here; silent unless the application logs.
 _KAZOO_LOG = logging.getLogger(__name__ + ".kazoo")
@@ -85,10 +86,10 @@ class ZooKeeperStore(MetadataStore):
             raise MetadataUnavailable(f"{self._where} did not answer within {connect_timeout:g}s") from None
         except AuthFailedError:
             self.client.close()
-            raise MetadataUnavailable(f"{self._where} rejected the digest credentials") from None
+            raise MetadataMisconfigured(f"{self._where} rejected the digest credentials") from None
         try:
             if self.node(self.root) is None:
-                raise MetadataUnavailable(f"{self._where} has no {self.root}: wrong ledgers root?")
+                raise MetadataMisconfigured(f"{self._where} answers but has no {self.root}: wrong ledgers root?")
             self.manager = resolve_manager(self.node(f"{self.root}/{LAYOUT_NODE}"), manager, self.root)
         except BaseException:
             self.close()

@@ -132,6 +132,7 @@ class TrackedMark:
     failures: int = 0  # moves failed in a row
     next_try_ms: int = 0  # no move before this
     events: tuple[Event, ...] = ()
+    marks_cleared: int = 0  # times another repairer (a ReplicationWorker) cleared our mark with the damage in place
 
     def to_json(self) -> dict:
         return {"ledger_id": self.ledger_id, "bookie_id": self.bookie_id,
@@ -140,7 +141,7 @@ class TrackedMark:
                 "reason": self.reason,
                 "escalation": None if self.escalation is None else self.escalation.to_json(),
                 "failures": self.failures, "next_try_ms": self.next_try_ms,
-                "events": [e.to_json() for e in self.events]}
+                "events": [e.to_json() for e in self.events], "marks_cleared": self.marks_cleared}
 
     @classmethod
     def from_json(cls, obj: dict) -> "TrackedMark":
@@ -149,7 +150,7 @@ class TrackedMark:
                    Category(obj["category"]), Stage(obj["stage"]), int(obj["since_ms"]), obj.get("marked_ms"),
                    obj.get("reason", ""), None if escalation is None else Escalation.from_json(escalation),
                    int(obj.get("failures", 0)), int(obj.get("next_try_ms", 0)),
-                   tuple(Event.from_json(e) for e in obj.get("events", ())))
+                   tuple(Event.from_json(e) for e in obj.get("events", ())), int(obj.get("marks_cleared", 0)))
 
     def with_event(self, at_ms: int, what: str, detail: str = "") -> "TrackedMark":
         return replace(self, events=(self.events + (Event(at_ms, what, detail),))[-EVENTS_KEPT:])
@@ -340,7 +341,8 @@ class FollowUp:
         if record.stage is not Stage.DEFERRED and not self._mark_present(ledger_id) \
                 and (not record.events or record.events[-1].what != "mark_cleared"):
             record = self._update(record, self._now_ms(), "mark_cleared",
-                                  "the mark was cleared by another repairer (a ReplicationWorker's check)")
+                                  "the mark was cleared by another repairer (a ReplicationWorker's check)",
+                                  marks_cleared=record.marks_cleared + 1)
         plan = self._current_damage(record, store, reverify, report)
         if plan is None:  # ended: this bookie's copies need nothing more, so neither does its mark
             self.marks.clear(ledger_id, self.bookie_id)
@@ -356,7 +358,7 @@ class FollowUp:
     def _settle(self, record: TrackedMark, plan: LedgerPlan, attempt: Attempt, report: CycleReport) -> None:
         ledger_id, now = record.ledger_id, self._now_ms()
         if attempt.outcome not in (Outcome.BUSY, Outcome.DEFERRED):
-            self.journal.append(attempt.to_json())
+            self.journal.append({**attempt.to_json(), "damaged_entries": [list(r) for r in plan.entries]})
         if attempt.remarked:
             record = self._update(record, now, "marked", "marked again under the ledger's lock", marked_ms=now)
         if attempt.outcome.final:
@@ -416,7 +418,8 @@ class FollowUp:
             UNREPAIRED.inc()
         if record.stage is Stage.MARKED:
             record = self._update(record, self._now_ms(), "mark_cleared", "the mark was cleared with the damage "
-                                                                          "still there")
+                                                                          "still there",
+                                  marks_cleared=record.marks_cleared + 1)
             if self._mark(record, plan):
                 report.remarked.append(ledger_id)
                 now = self._now_ms()
@@ -501,6 +504,7 @@ class FollowUp:
         return {"ledger_id": record.ledger_id, "stage": record.stage.value, "category": record.category.value,
                 "entries": [list(r) for r in record.entries], "since_ms": record.since_ms,
                 "stage_since_ms": _stage_since(record), "failures": record.failures,
+                "marks_cleared": record.marks_cleared,
                 "next_try_ms": record.next_try_ms or None, "events": [e.to_json() for e in record.events]}
 
 

@@ -86,7 +86,10 @@ def test_repair_moves_a_rotten_copy_away_and_leaves_the_writers_bad_bytes_alone(
         status, dry = run_json(capsys, "repair", "--bookie-conf", str(bookie2.conf), "--ledger", str(a.ledger_id),
                                "--state-dir", str(state))
         assert status == 0 and [t["outcome"] for t in dry["attempts"]] == ["would_move"], dry
+        assert dry["attempts"][0]["damaged_entries"] == [[rot, rot]]
         assert_valid(dry)
+        assert main(["repair", "--bookie-conf", str(bookie2.conf), "--ledger", str(a.ledger_id)]) == 0
+        assert f"ledger {a.ledger_id} (damaged entries {rot}): would_move: " in capsys.readouterr().out
         assert not (state / "repairs.jsonl").exists()
         with open_metadata(cluster.metadata_uri) as store:
             assert store.ledger(a.ledger_id).segments == before[a.ledger_id]
@@ -101,7 +104,8 @@ def test_repair_moves_a_rotten_copy_away_and_leaves_the_writers_bad_bytes_alone(
         assert move["from"] == bookie2.bookie_id and move["to"] not in a.segments[0][1]
         assert spare is None or move["to"] == spare
         journal = [json.loads(line) for line in (state / "repairs.jsonl").read_text().splitlines()]
-        assert [(j["ledger_id"], j["outcome"]) for j in journal] == [(a.ledger_id, "moved")]
+        assert [(j["ledger_id"], j["outcome"], j["damaged_entries"]) for j in journal] == [
+            (a.ledger_id, "moved", [[rot, rot]])]
         with open_metadata(cluster.metadata_uri) as store:
             assert bookie2.bookie_id not in store.ledger(a.ledger_id).segments[0][1]
         view = cluster.read_every_copy([a.ledger_id])
