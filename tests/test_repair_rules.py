@@ -89,26 +89,47 @@ def test_entry_ranges_membership():
     assert merge_ranges([(5, 9), (0, 2), (3, 4), (20, 21), (8, 12)]) == ((0, 12), (20, 21))
 
 
-def entry(payload: bytes, entry_id: int = 3) -> bytes:
-    return build_entry(7, entry_id, 2, 500, payload, DigestType.CRC32C)
+def entry(payload: bytes, entry_id: int = 3, last_add_confirmed: int = 2, length: int = 500) -> bytes:
+    return build_entry(7, entry_id, last_add_confirmed, length, payload, DigestType.CRC32C)
 
 
 def copy(bookie, data):
     return PeerCopy(bookie, judge_copy(7, 3, data, DigestVerifier(DigestType.CRC32C)), data)
 
 
+CRC32C_LENGTH = DigestVerifier(DigestType.CRC32C).digest_length
+
+
+def verdict(*copies):
+    return judge(list(copies), CRC32C_LENGTH)
+
+
 def test_verdicts():
     good, other = entry(b"x" * 200), entry(b"y" * 200)
     bad = good[:-1] + b"z"
-    rot = judge([copy(B, good), copy(C, bad)])
+    rot = verdict(copy(B, good), copy(C, bad))
     assert (rot.verdict, rot.good_copy) == (Verdict.LOCAL_ROT, good)
-    assert judge([copy(B, good), copy(C, good)]).verdict is Verdict.LOCAL_ROT
-    assert judge([copy(B, good), copy(C, other)]).verdict is Verdict.DIVERGENT
-    assert judge([copy(B, bad), copy(C, bad)]).verdict is Verdict.WRITE_PATH
-    assert judge([copy(B, bad), PeerCopy(C, CopyState.NO_ANSWER)]).verdict is Verdict.UNRESOLVED
-    assert judge([PeerCopy(B, CopyState.ABSENT)]).verdict is Verdict.UNRESOLVED
+    assert verdict(copy(B, good), copy(C, good)).verdict is Verdict.LOCAL_ROT
+    assert verdict(copy(B, good), copy(C, other)).verdict is Verdict.DIVERGENT
+    assert verdict(copy(B, bad), copy(C, bad)).verdict is Verdict.WRITE_PATH
+    assert verdict(copy(B, bad), PeerCopy(C, CopyState.NO_ANSWER)).verdict is Verdict.UNRESOLVED
+    assert verdict(PeerCopy(B, CopyState.ABSENT)).verdict is Verdict.UNRESOLVED
     # A copy of another entry that verifies on its own is not a copy of this one.
     assert judge_copy(7, 3, entry(b"x" * 200, entry_id=4), DigestVerifier(DigestType.CRC32C)) is CopyState.BAD
+
+
+def test_copies_rewritten_by_recovery_with_another_lac_are_the_same_entry():
+    # BookKeeper's re-replication and ledger recovery re-add an entry with their own LAC: the stored
+    # bytes (LAC field and digest) differ, the entry does not.
+    written, re_added = entry(b"x" * 200, last_add_confirmed=2), entry(b"x" * 200, last_add_confirmed=9)
+    assert written != re_added
+    same = verdict(copy(C, re_added), copy(B, written))
+    assert same.verdict is Verdict.LOCAL_ROT
+    assert same.good_copy == written  # the copy of the first bookie by id, whichever answered first
+    assert same.detail == f"a verifying copy is on {B}, {C}"
+    # Another length (a writer's different entry, not a re-add) is divergence, as is another payload.
+    assert verdict(copy(B, written), copy(C, entry(b"x" * 200, length=700))).verdict is Verdict.DIVERGENT
+    assert verdict(copy(B, written), copy(C, entry(b"w" * 200, last_add_confirmed=9))).verdict is Verdict.DIVERGENT
 
 
 def test_wire_frames_follow_the_v2_protocol():

@@ -2,7 +2,7 @@
 
 For each entry the fragment places on the bookie being replaced, the copies on the other bookies
 of its write set are read and their digests checked against the ledger metadata; a copy that
-verifies (all that verify must agree) is sent to the new bookie as a recovery add with the ledger's
+verifies (all that verify must be the same entry: ``verdict``) is sent to the new bookie as a recovery add with the ledger's
 master key, as BookKeeper's LedgerFragmentReplicator does, then read back from it and compared
 byte for byte. The stored bytes are copied as they are (header, digest, payload), so the new copy is
 the writer's own. When no peer holds a verifying copy, the replaced bookie's own copy is used if
@@ -104,7 +104,7 @@ class FragmentCopier:
         """A verified copy of the entry, from the peers (or ``source`` when its copy is not damaged); else CopyFailed."""
         peers = [fragment.bookies[i] for i in fragment.write_set(entry_id) if i != index]
         copies = list(await asyncio.gather(*(self._read(p, ledger_id, entry_id, verifier) for p in peers)))
-        judgement = judge(copies)
+        judgement = judge(copies, verifier.digest_length)
         if judgement.good_copy is not None:
             return judgement.good_copy
         if judgement.verdict is not Verdict.DIVERGENT and not damaged_here:
