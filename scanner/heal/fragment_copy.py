@@ -125,6 +125,22 @@ class FragmentCopier:
             await _all(self.good_copy(meta.ledger_id, e, fragment, index, source, True, verifier)
                        for e in entry_ids[start:start + WINDOW])
 
+    async def holding_ledger(self, bookie_ids: list[str], ledger_id: int, entry_id: int) -> set[str]:
+        """Which of ``bookie_ids`` hold the ledger: answer a read of it with anything but "no such ledger".
+
+        Asked of new bookies outside every ensemble of the ledger: one holding it there is over-replicated
+        in its own eyes, and its garbage collector may delete the ledger, copies we add included. A bookie
+        that does not answer is not counted here: the copy to it fails and the next one is tried.
+        """
+        async def holds(bookie_id: str) -> bool:
+            try:
+                reply = await self.pool.ask(bookie_id, lambda c: c.read_entry(ledger_id, entry_id))
+            except BookieUnreachable:
+                return False
+            return reply.code != ReturnCode.ENOLEDGER
+        answers = await asyncio.gather(*(holds(b) for b in bookie_ids))
+        return {b for b, held in zip(bookie_ids, answers) if held}
+
     async def _read(self, bookie_id: str, ledger_id: int, entry_id: int, verifier: DigestVerifier) -> PeerCopy:
         try:
             reply = await self.pool.ask(bookie_id, lambda c: c.read_entry(ledger_id, entry_id))
