@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from scanner.repair.blast_radius import BlastRadius
 from scanner.units import parse_quantity
 from throttle import AllowedWindows, BackoffPolicy
 
@@ -66,6 +67,7 @@ class AgentConfig:
     repair_command: str | None
     rereplicate: bool = True
     copy_bytes_per_second: float | None = 20_000_000.0
+    blast_radius: BlastRadius = BlastRadius()
 
 
 _KNOWN = {
@@ -75,7 +77,9 @@ _KNOWN = {
               "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit"},
     "throttle": {"bytes_per_second", "entries_per_second", "window_hours", "window_days", "outside_rate",
                  "busy_threshold", "idle_threshold", "floor", "disk_backoff"},
-    "repair": {"mark", "repair_command", "rereplicate", "copy_bytes_per_second"},
+    "repair": {"mark", "repair_command", "rereplicate", "copy_bytes_per_second", "moves_per_hour",
+               "move_bytes_per_hour", "failed_disk_ledger_share", "failed_disk_min_ledgers", "failed_disk_log_share",
+               "failed_disk_min_logs"},
 }
 # Keys of earlier versions that mean something else now: the error says what replaced them.
 _REPLACED = {
@@ -208,6 +212,21 @@ def load_config(path: Path, environ: Mapping[str, str] = os.environ) -> AgentCon
         repair_command=repair.text("repair_command"),
         rereplicate=repair.flag("rereplicate", True),
         copy_bytes_per_second=repair.quantity("copy_bytes_per_second", 20_000_000, "B") or None,
+        blast_radius=_blast_radius(repair),
+    )
+
+
+def _blast_radius(repair: "_Table") -> BlastRadius:
+    default = BlastRadius()
+    return BlastRadius(
+        moves_per_hour=int(repair.number("moves_per_hour", default.moves_per_hour, low=1)),
+        move_bytes_per_hour=int(repair.quantity("move_bytes_per_hour", default.move_bytes_per_hour, "B")),
+        failed_disk_ledger_share=repair.number("failed_disk_ledger_share", default.failed_disk_ledger_share,
+                                               low=0, low_open=True, high=1),
+        failed_disk_min_ledgers=int(repair.number("failed_disk_min_ledgers", default.failed_disk_min_ledgers, low=1)),
+        failed_disk_log_share=repair.number("failed_disk_log_share", default.failed_disk_log_share,
+                                            low=0, low_open=True, high=1),
+        failed_disk_min_logs=int(repair.number("failed_disk_min_logs", default.failed_disk_min_logs, low=1)),
     )
 
 

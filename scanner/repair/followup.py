@@ -285,11 +285,12 @@ class FollowUp:
     # -- the cycle ----------------------------------------------------------------------------
 
     def run_cycle(self, store, reverify: Callable[[int], list[Finding]],
-                  stopping: Callable[[], bool] = lambda: False) -> CycleReport:
+                  stopping: Callable[[], bool] = lambda: False, may_move: bool = True) -> CycleReport:
         """Check every tracked ledger that is due once; state is saved after each change.
 
         ``store.ledger(id)`` gives fresh metadata (None: deleted); ``reverify(id)`` re-checks the
         ledger's copies on this bookie, digests included (``BookieScanner.scan_ledger(id, verify_digests=True)``).
+        Without ``may_move`` (the failed-disk breaker is open) nothing is moved: the marks stay for the workers.
         """
         report = CycleReport()
         # The longest due first: a cycle cut short by ``stopping`` leaves the others for the next.
@@ -298,7 +299,9 @@ class FollowUp:
                 break
             record = self.tracked[ledger_id]
             if self.rereplicator is not None:
-                if record.next_try_ms <= self._now_ms():
+                if not may_move:
+                    report.pending.append(ledger_id)
+                elif record.next_try_ms <= self._now_ms():
                     self._follow_move(record, store, reverify, report)
                 continue
             if record.stage in (Stage.MARKED, Stage.REMARKED) and self._mark_present(ledger_id):
