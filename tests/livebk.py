@@ -221,8 +221,8 @@ class LiveCluster:
     """ZooKeeper and three bookies of the livebk kit under ``run_dir`` (see the module doc)."""
 
     def __init__(self, run_dir: Path, kit: Path = LIVEBK, bookie_count: int = BOOKIE_COUNT):
-        if bookie_count not in (3, 4):
-            raise ValueError(f"the kit runs 3 or 4 bookies, not {bookie_count}")
+        if not 3 <= bookie_count <= 6:
+            raise ValueError(f"the kit runs 3 to 6 bookies, not {bookie_count}")
         self.run_dir = Path(run_dir)
         self.kit = Path(kit)
         self.bookie_count = bookie_count
