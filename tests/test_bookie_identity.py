@@ -32,7 +32,7 @@ from scanner.metadata.ledger import LedgerMetadata, LedgerState, move_refusal, p
     serialize_ledger_metadata
 from scanner.metadata.proto.data_formats_pb2 import BookieServiceInfoFormat
 from scanner.metadata.zookeeper import ZooKeeperStore
-from scanner.repair.marks import UnderreplicationMarks
+from scanner.repair.ledger_lock import LedgerLock
 from scanner.repair.zk_acls import zk_acls
 from scanner.storage.entry import DigestType
 
@@ -139,9 +139,9 @@ def test_zk_acls_follow_zkEnableSecurity():
 
 def test_creator_only_marks_need_an_authenticated_session(zk_client, zk_chroot):
     """What zk_acls guards against: ZooKeeper refuses a creator-only znode from a session with no identity."""
-    marks = UnderreplicationMarks(zk_client, f"{zk_chroot}/ledgers", acl=list(CREATOR_ALL_ACL))
+    lock = LedgerLock(zk_client, f"{zk_chroot}/ledgers", 5, "bookie-scanner", acl=list(CREATOR_ALL_ACL))
     with pytest.raises(InvalidACLError):
-        marks.mark(5, ["10.0.0.1:3181"])
+        lock.acquire()
 
 
 # -- resolution on a real ZooKeeper --------------------------------------------------------------------------

@@ -95,6 +95,9 @@ def decode_registration(bookie_id: str, data: bytes | None, *, readonly: bool = 
     except DecodeError as exc:
         raise BookieNotResolved(f"bookie {bookie_id}: its registration ({len(data)} bytes) is not a "
                                 f"BookieServiceInfoFormat: {exc}") from None
+    if not info.IsInitialized():  # the parse above does not check required fields of nested messages
+        raise BookieNotResolved(f"bookie {bookie_id}: its registration ({len(data)} bytes) is not a "
+                                f"BookieServiceInfoFormat: missing {', '.join(info.FindInitializationErrors())}")
     endpoints = tuple(Endpoint(e.id, e.host, e.port, e.protocol, tuple(e.auth), tuple(e.extensions))
                       for e in info.endpoints)
     return Registration(bookie_id, readonly, endpoints, dict(info.properties))
