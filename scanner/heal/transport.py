@@ -1,11 +1,11 @@
 """Which bookies this agent's wire client may speak to at all, decided before anything is copied.
 
 The client (``scanner.heal.wire``) speaks BookKeeper's v2 protocol in plain TCP, without an
-authentication exchange. That is wrong, not merely slow, for a bookie that advertises TLS (the
-extension ``tls`` of its ``bookie-rpc`` endpoint: it has a TLS provider, ``BookieService.publishInfo``)
-or an authentication method (the endpoint's ``auth`` list), and for a cluster whose bookies demand that
-clients authenticate (``bookieAuthProviderFactoryClass``; ``clientAuthProviderFactoryClass`` in the
-config BookKeeper's own repairers on that host use). Such a move is refused with a reason that says
+authentication exchange. It cannot speak to a bookie that advertises TLS (the extension ``tls`` of its
+``bookie-rpc`` endpoint: it has a TLS provider, ``BookieService.publishInfo``) or an authentication
+method (the endpoint's ``auth`` list), nor to any bookie of a cluster whose bookies demand that clients
+authenticate (``bookieAuthProviderFactoryClass``; ``clientAuthProviderFactoryClass`` in the config
+BookKeeper's own repairers on that host use). Such a move is refused with a reason that says
 so, not tried, failed and retried for hours as "no answer".
 
 ``screen_move`` is called at the start of a move with the bookies the copies are read from and the
