@@ -11,7 +11,7 @@ from corpus import CORPUS, scan_args
 from scanner.checks.findings import in_ranges, merge_ranges
 from scanner.cli import main
 from scanner.heal.verdict import CopyState, PeerCopy, Verdict, judge, judge_copy
-from scanner.heal.wire import parse_address, read_request, recovery_add_request
+from scanner.heal.wire import read_request, recovery_add_request
 from scanner.metadata.ledger import (LedgerMetadata, LedgerState, MetadataFormatError, parse_ledger_metadata,
                                      replace_ensemble_member, serialize_ledger_metadata)
 from scanner.repair.planner import damaged_fragments, replacement_order
@@ -140,9 +140,6 @@ def test_wire_frames_follow_the_v2_protocol():
     length, header = struct.unpack_from(">ii", frame)
     assert (length, header) == (len(frame) - 4, 0x02010002)  # version 2, ADD_ENTRY, RECOVERY_ADD
     assert frame[8:28] == key and frame[28:] == stored
-    assert parse_address("[::1]:3181") == ("::1", 3181)
-    with pytest.raises(ValueError):
-        parse_address("bookie-7")
 
 
 def test_repair_needs_live_metadata(capsys):
