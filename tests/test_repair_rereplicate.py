@@ -233,3 +233,22 @@ def test_repairing_a_ledger_no_one_has_is_a_usage_error(capsys, zookeeper, zk_lo
                    "--ledger", "987654321"])
     err = capsys.readouterr().err
     assert status == 2 and "neither in this bookie's index nor in the metadata" in err
+
+
+def test_a_format_1_ledger_is_refused_with_its_own_reason_and_changes_nothing(cluster):
+    meta = metadata(cluster)
+    cluster.client.set(znode(cluster), serialize_ledger_metadata(meta, 1))
+    before = cluster.client.get(znode(cluster))[0]
+    result = attempt(cluster)
+    assert result.outcome is Outcome.REFUSED and "metadata format 1" in result.detail, result
+    assert cluster.client.get(znode(cluster))[0] == before
+    assert cluster.client.exists(lock_path(cluster.root, LEDGER)) is None
+
+
+def test_a_cluster_whose_bookies_authenticate_their_clients_is_refused_before_anything_is_copied(cluster):
+    register(cluster, "127.0.0.1:9")
+    mover = Rereplicator(cluster, ME, timeout=1.0,
+                         conf={"bookieAuthProviderFactoryClass": "org.example.SaslBookieAuthProviderFactory"})
+    result = mover.rereplicate(LEDGER, ((8, 8),))
+    assert result.outcome is Outcome.REFUSED and "authenticate their clients" in result.detail, result
+    assert result.moves == ()

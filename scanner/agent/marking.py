@@ -10,7 +10,7 @@ import logging
 import shlex
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from kazoo.exceptions import KazooException
 
@@ -24,6 +24,7 @@ from scanner.repair.followup import FollowUp
 from scanner.repair.marks import MarkError, UnderreplicationMarks
 from scanner.repair.planner import damage_by_ledger, plan_repairs
 from scanner.repair.rereplicate import Rereplicator
+from scanner.repair.zk_acls import zk_acls
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class Marking:
     def __init__(self, metadata, book: FindingBook, bookie_id: str, state_dir, repair_command: str | None, *,
                  ledger_dirs: list[str], rereplicate: bool = True, copy_bytes_per_second: float | None = None,
                  stopping: Callable[[], bool] = lambda: False, blast_radius: BlastRadius = BlastRadius(),
-                 bookie_size: Callable[[], tuple[int, int]] = lambda: (0, 0)):
+                 bookie_size: Callable[[], tuple[int, int]] = lambda: (0, 0), conf: Mapping[str, str] | None = None):
         self.metadata = metadata
         self.ledger_dirs = ledger_dirs  # an UNREPAIRED finding goes to the dir that owns its ledger
         self.book = book
@@ -49,9 +50,11 @@ class Marking:
         self.bookie_size = bookie_size  # (ledgers in the index, entry logs): what the breaker's shares are of
         self.budget = MoveBudget(state_dir, blast_radius)
         self.breaker = FailedDiskBreaker(state_dir, blast_radius)
-        filer = MarkFiler(UnderreplicationMarks(metadata.client, metadata.root), bookie_id)
+        # TransportRefused when marks cannot be made as BookKeeper makes them (zkEnableSecurity without SASL).
+        filer = MarkFiler(UnderreplicationMarks(metadata.client, metadata.root,
+                                                acl=zk_acls(conf or {}, metadata.client)), bookie_id)
         mover = Rereplicator(metadata.store, bookie_id, bytes_per_second=copy_bytes_per_second,
-                             stopping=stopping, budget=self.budget) if rereplicate else None
+                             stopping=stopping, budget=self.budget, conf=conf) if rereplicate else None
         self.followup = FollowUp(state_dir, filer, rereplicator=mover,
                                  repair_command=shlex.split(repair_command) if repair_command else None)
         self._lock = threading.Lock()  # filing and the follow-up cycle never interleave

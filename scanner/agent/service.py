@@ -150,13 +150,17 @@ class Agent:
             if self.metadata.client is None:
                 raise StartupError(f"{self.config.source}: [repair] mark needs ZooKeeper metadata, not {self.metadata_uri}")
             from scanner.agent.marking import Marking
+            from scanner.heal.transport import TransportRefused
 
-            self.marking = Marking(self.metadata, self.book, self.layout.bookie_id, self.state_dir,
-                                   self.config.repair_command, ledger_dirs=[str(d) for d in self.layout.ledger_dirs],
-                                   copy_bytes_per_second=self.config.copy_bytes_per_second
-                                   if self.config.rereplicate else None,
-                                   rereplicate=self.config.rereplicate, stopping=self._stop.is_set,
-                                   blast_radius=self.config.blast_radius, bookie_size=self._bookie_size)
+            try:
+                self.marking = Marking(
+                    self.metadata, self.book, self.layout.bookie_id, self.state_dir, self.config.repair_command,
+                    ledger_dirs=[str(d) for d in self.layout.ledger_dirs],
+                    copy_bytes_per_second=self.config.copy_bytes_per_second if self.config.rereplicate else None,
+                    rereplicate=self.config.rereplicate, stopping=self._stop.is_set,
+                    blast_radius=self.config.blast_radius, bookie_size=self._bookie_size, conf=self.layout.conf)
+            except TransportRefused as exc:
+                raise StartupError(f"{self.config.source}: [repair] mark: {exc.reason}") from None
         else:
             self.book.end_category(Category.UNREPAIRED, "the repair follow-up is off ([repair] mark = false)")
         return True

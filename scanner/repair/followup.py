@@ -62,11 +62,11 @@ REPORT_ROWS = 100  # rows of each kind the report shows
 def escalate_now(outcome: Outcome, failures: int) -> bool:
     """Whether a move that did not happen, the ``failures``-th in a row, is for the operator now.
 
-    No verified copy anywhere will not come by waiting: at once. No bookie to move to, or a move that
+    No verified copy anywhere, or a move this scanner refuses to make, will not come by waiting: at once. No bookie to move to, or a move that
     failed, is what a bookie restarting or a ZooKeeper election looks like for a while: only when it
     lasts (``ESCALATE_AFTER_FAILURES`` in a row), so a bookie's restart pages no one.
     """
-    return outcome is Outcome.NO_GOOD_COPY or failures >= ESCALATE_AFTER_FAILURES
+    return outcome in (Outcome.NO_GOOD_COPY, Outcome.REFUSED) or failures >= ESCALATE_AFTER_FAILURES
 
 
 UNREPAIRED = Counter("bookie_scanner_unrepaired_ledgers",

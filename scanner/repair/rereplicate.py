@@ -36,7 +36,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
@@ -44,10 +44,13 @@ from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 from scanner.checks.findings import EntryRanges, in_ranges
 from scanner.heal.fragment_copy import CopyFailed, CopyProblem, FragmentCopier
 from scanner.heal.pool import BookiePool
+from scanner.heal.transport import TransportRefused, screen_move
+from scanner.metadata.bookie_registry import BookieRegistry
 from scanner.metadata.ledger import (
     Fragment,
     LedgerMetadata,
     MetadataFormatError,
+    move_refusal,
     parse_ledger_metadata,
     replace_ensemble_member,
 )
@@ -55,6 +58,7 @@ from scanner.metadata.ledger_paths import ledger_path
 from scanner.repair.ledger_lock import LedgerLock, LockBusy
 from scanner.repair.marks import UnderreplicationMarks
 from scanner.repair.planner import damaged_fragments, replacement_order
+from scanner.repair.zk_acls import zk_acls
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,7 @@ class Outcome(str, enum.Enum):
     DEFERRED = "deferred"  # damage in the last fragment of a ledger not closed yet
     NO_TARGET = "no_target"  # no writable bookie outside the ensemble
     NO_GOOD_COPY = "no_good_copy"  # no verifying copy of a damaged entry anywhere (write path, divergent)
+    REFUSED = "refused"  # this scanner cannot move it: TLS or authentication in the way, metadata it does not rewrite
     FAILED = "failed"  # a bookie did not answer or refused, the lock was lost, ZooKeeper trouble: try again
 
     @property
@@ -135,16 +140,22 @@ class Rereplicator:
 
     ``stopping()`` is polled while copying; ``bytes_per_second`` paces the copying (None: unlimited);
     ``timeout`` bounds each request to a bookie; ``budget`` (a ``MoveBudget``), when given, is asked
-    before each fragment and told what each moved.
+    before each fragment and told what each moved. ``conf`` is the bookie's own configuration: its
+    cluster's security settings decide the ACLs of what is created and whether bookies can be spoken to
+    (TransportRefused, at once, when the ZooKeeper side cannot be done as BookKeeper does it).
+    Bookies are reached through their registration (``BookieRegistry``), as BookKeeper's clients reach them.
     """
 
     def __init__(self, store, bookie_id: str, *, bytes_per_second: float | None = None, timeout: float = 10.0,
                  stopping: Callable[[], bool] = lambda: False, clock: Callable[[], float] = time.time,
-                 budget=None):
+                 budget=None, conf: Mapping[str, str] | None = None):
         self.store = store
         self.client = store.client
         self.bookie_id = bookie_id
-        self.marks = UnderreplicationMarks(store.client, store.root)
+        self.conf = conf or {}
+        self.acl = zk_acls(self.conf, store.client)
+        self.registry = BookieRegistry(store)
+        self.marks = UnderreplicationMarks(store.client, store.root, acl=self.acl)
         self.lock_holder = f"bookie-scanner on {bookie_id}"
         self.bytes_per_second = bytes_per_second
         self.timeout = timeout
@@ -167,13 +178,15 @@ class Rereplicator:
             if dry_run:
                 outcome, detail = self._judge(ledger_id, damaged)
             else:
-                with LedgerLock(self.client, self.store.root, ledger_id, self.lock_holder) as lock:
+                with LedgerLock(self.client, self.store.root, ledger_id, self.lock_holder, self.acl) as lock:
                     self._move(ledger_id, damaged, lock, progress)
                 outcome, detail = Outcome.MOVED, "; ".join(
                     f"entries {m.first_entry_id}-{m.last_entry_id} moved from {m.source} to {m.target} "
                     f"({m.entries} copies verified there)" for m in progress.moves)
         except LockBusy as exc:
             outcome, detail = Outcome.BUSY, str(exc)
+        except TransportRefused as exc:
+            outcome, detail = Outcome.REFUSED, exc.reason
         except _Stop as stop:
             outcome, detail = stop.outcome, stop.detail
         return Attempt(ledger_id, self.bookie_id, outcome, detail, tuple(progress.moves), int(started * 1000),
@@ -182,7 +195,7 @@ class Rereplicator:
     def release_mark(self, ledger_id: int, mark_zxid: int | None) -> bool:
         """Under the ledger's lock, take back this bookie's request on its mark; False while another holds the lock."""
         try:
-            with LedgerLock(self.client, self.store.root, ledger_id, self.lock_holder):
+            with LedgerLock(self.client, self.store.root, ledger_id, self.lock_holder, self.acl):
                 meta = self._fresh_or_none(ledger_id)
                 return self._release(ledger_id, meta, mark_zxid)
         except LockBusy:
@@ -201,7 +214,7 @@ class Rereplicator:
         self._require_enabled()
         progress.remarked = self._ensure_marked(ledger_id, progress)
         registered = self.store.bookies()
-        writable = sorted(registered.writable)
+        writable = self._screened(fragments, registered.writable)
         for fragment in fragments:
             self._require_enabled()
             if self.budget is not None and (refusal := self.budget.refusal()) is not None:
@@ -231,7 +244,7 @@ class Rereplicator:
     def _judge(self, ledger_id: int, damaged: EntryRanges) -> tuple[Outcome, str]:
         meta = self._fresh(ledger_id)
         fragments = self._planned(meta, damaged)
-        writable = sorted(self.store.bookies().writable)
+        writable = self._screened(fragments, self.store.bookies().writable)
         plans = []
         for fragment in fragments:
             targets = self._targets(meta, fragment, writable)
@@ -240,6 +253,13 @@ class Rereplicator:
             self._run(lambda copier: copier.check(meta, fragment, self.bookie_id, owed))
             plans.append(f"entries {fragment.first_entry_id}-{fragment.last_entry_id} to {targets[0]}")
         return Outcome.WOULD_MOVE, "a verified copy of every damaged entry is on a peer; would move " + "; ".join(plans)
+
+    def _screened(self, fragments: list[Fragment], writable) -> list[str]:
+        """The writable bookies that can take copies; TransportRefused when a peer or the cluster cannot be read."""
+        screened = screen_move(self.registry, self.conf, {b for f in fragments for b in f.bookies}, sorted(writable))
+        for bookie, why in screened.refused.items():
+            log.info("%s is not a target: %s", bookie, why)
+        return list(screened.targets)
 
     def _fresh_or_none(self, ledger_id: int) -> LedgerMetadata | None:
         try:
@@ -255,7 +275,7 @@ class Rereplicator:
         try:
             return parse_ledger_metadata(ledger_id, raw, stat.ctime, source=self._path(ledger_id))
         except MetadataFormatError as exc:
-            raise _Stop(Outcome.NO_GOOD_COPY, f"its metadata does not decode: {exc}") from None
+            raise _Stop(Outcome.REFUSED, f"its metadata does not decode: {exc}") from None
 
     def _planned(self, meta: LedgerMetadata, damaged: EntryRanges) -> list[Fragment]:
         fragments = damaged_fragments(meta, self.bookie_id, damaged)
@@ -264,9 +284,9 @@ class Rereplicator:
         if any(f.last_entry_id is None for f in fragments):
             raise _Stop(Outcome.DEFERRED, f"ledger is {meta.state.name} and the damage is in its last fragment: "
                                           "moved once the ledger is closed")
-        if meta.digest_type is None:
-            raise _Stop(Outcome.NO_GOOD_COPY, "the metadata has no digest type and password (a ledger of "
-                                              "BookKeeper 4.1 or older): copies cannot be verified")
+        refusal = move_refusal(meta)
+        if refusal is not None:
+            raise _Stop(Outcome.REFUSED, refusal)
         return fragments
 
     def _ensure_marked(self, ledger_id: int, progress: "_Progress") -> bool:
@@ -324,7 +344,7 @@ class Rereplicator:
     def _run(self, work):
         """``work(copier)`` on a fresh pool; CopyFailed becomes the attempt's outcome."""
         async def run():
-            async with BookiePool(self.timeout, CONNECTIONS_PER_BOOKIE) as pool:
+            async with BookiePool(self.timeout, CONNECTIONS_PER_BOOKIE, resolver=self.registry) as pool:
                 return await work(FragmentCopier(pool, bytes_per_second=self.bytes_per_second,
                                                  stopping=self.stopping))
         try:
