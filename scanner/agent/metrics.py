@@ -14,6 +14,7 @@ from prometheus_client import (CollectorRegistry, PlatformCollector, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from scanner.envelope import tool_version
+from scanner.repair.blast_radius import BREAKER_OPEN, BREAKER_TRIPS
 from scanner.repair.followup import ESCALATIONS, UNREPAIRED
 
 PREFIX = "bookie_scanner_"
@@ -146,8 +147,8 @@ def agent_registry(health) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(health))
     registry.register(_Constant(_build_info()))
-    for counter in (ESCALATIONS, UNREPAIRED):
-        registry.register(counter)
+    for metric in (ESCALATIONS, UNREPAIRED, BREAKER_OPEN, BREAKER_TRIPS):
+        registry.register(metric)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     return registry

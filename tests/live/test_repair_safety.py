@@ -11,11 +11,15 @@ collector will delete it): it is never the move's target.
 A bookie whose process dies while its agent moves a damaged fragment: the Auditor marks every ledger
 of the dead bookie, and no mark may go while the dead bookie still holds a fragment of its ledger,
 whoever (the agent, BookKeeper's worker) moves what.
+
+Damage in most of a bookie's entry logs is a failing disk: the agent's breaker trips within its first
+pass, at most its hourly budget of moves happens, and the operator is told once.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import time
 
@@ -28,7 +32,9 @@ from scanner.cli import main
 from scanner.metadata.ledger import LedgerMetadata
 from scanner.metadata.uri import open_metadata
 from scanner.repair.marks import UnderreplicationMarks
+from scanner.storage.bookie import open_bookie
 from scanner.storage.entry import DigestType, DigestVerifier
+from scanner.storage.layout import discover_layout
 from test_agent_service import AgentProcess, wait_for
 
 
@@ -147,3 +153,56 @@ def test_a_bookie_killed_while_its_agent_repairs_loses_no_mark_and_ends_re_repli
             left = [i for i in sorted(on_bookie2) if store.ledger(i) is not None]
         view = cluster.read_every_copy(left)
         assert view.bad() == [] and all(len(p) == 1 for p in view.payloads().values())
+
+
+def _rot_in_most_logs(bookie, store) -> int:
+    """With the bookie stopped: one payload byte flipped in a record of a closed ledger in most of its entry logs;
+    how many logs (of how many) now hold damage."""
+    layout = discover_layout(bookie.conf)
+    chosen: dict[int, tuple] = {}
+    with tempfile.TemporaryDirectory() as scratch, open_bookie(layout, work_dir=scratch) as storage:
+        for ledger_id in storage.ledger_ids():
+            meta = store.ledger(ledger_id)
+            if meta is None or not meta.is_closed or meta.digest_type is DigestType.DUMMY:
+                continue
+            digest = DigestVerifier(meta.digest_type, meta.password).digest_length
+            for entry_id, location in storage.locations(ledger_id):
+                if entry_id > meta.last_entry_id:
+                    continue
+                chosen.setdefault(location.entry_log_id, (ledger_id, entry_id, digest))
+        logs = sum(1 for _ in layout.ledger_current_dirs[0].glob("*.log"))
+    for ledger_id, entry_id, digest in chosen.values():
+        flip_payload(bookie, ledger_id, entry_id, digest)
+    return len(chosen), logs
+
+
+def test_damage_in_most_entry_logs_trips_the_breaker_within_the_first_pass(tmp_path):
+    with LiveCluster(tmp_path / "bk", bookie_count=4) as cluster:
+        bookie2 = cluster.bookies[1]
+        cluster.write_together(20, (1, 2))
+        cluster.write(seconds=6, seed=3)
+        cluster.wait_for_writer()
+        bookie2.stop()
+        with open_metadata(cluster.metadata_uri) as store:
+            damaged_logs, logs = _rot_in_most_logs(bookie2, store)
+        assert damaged_logs >= 5 and damaged_logs * 2 > logs, (damaged_logs, logs)
+        bookie2.start()
+        config = _agent_config(tmp_path, bookie2, cluster.metadata_uri)
+        config.write_text(config.read_text() + "moves_per_hour = 2\n")
+        agent = AgentProcess(config, tmp_path / "state-bookie2", tmp_path / "agent.log").start()
+        try:
+            agent.wait_ready(60)
+            report = wait_for(lambda: ((agent.health() or {}).get("repair") or {}).get("breaker", {}).get("tripped")
+                              and agent.health()["repair"], 300,
+                              f"the breaker did not trip: {(tmp_path / 'agent.log').read_text()[-3000:]}")
+            time.sleep(30)  # three more follow-up cycles: nothing more may move
+            report = agent.health()["repair"]
+            metrics = agent.metrics()
+        finally:
+            agent.terminate()
+        log = (tmp_path / "agent.log").read_text()
+        assert log.count("this bookie's disk looks failed") == 1, log[-3000:]
+        moved = [row for row in report["ended"] if " moved from " in row["why"]]
+        assert len(moved) <= 2 and report["budget"]["moves_last_hour"] <= 2, report
+        assert "bookie_scanner_repair_breaker_tripped 1.0" in metrics
+        assert report["following_total"] >= 3  # marked, and left for the workers
