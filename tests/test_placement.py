@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from scanner.repair.placement.racks import (DEFAULT_RACK, RackSourceError, Topol
 from scanner.repair.placement.settings import PlacementSettings, PlacementSettingsError, build_policy
 from scanner.repair.placement.sources import parse_pulsar_bookies, run_rack_script
 
+REPO = Path(__file__).resolve().parents[1]
 ISOLATED = "org.apache.pulsar.bookie.rackawareness.IsolatedBookieEnsemblePlacementPolicy"
 RACKAWARE = PlacementRules(rack_aware=True)
 ENFORCED = PlacementRules(rack_aware=True, enforce_min_racks=True)
@@ -270,3 +272,55 @@ def test_pulsar_bookies_on_zookeeper_place_and_isolate(zookeeper, zk_load_dump, 
         zk_client.set(f"{chroot}/bookies", b"{broken")
         with pytest.raises(NoTarget, match=f"racks unknown: {chroot}/bookies: not JSON"):
             replacement_candidates(meta, meta.fragments()[0], bk(1), ALL, policy)
+
+
+def test_repair_keys_of_the_agent_config(tmp_path):
+    from scanner.agent.config import ConfigError, load_config
+
+    assert load_config(REPO / "conf" / "scanner.toml").placement == PlacementSettings()  # all from the bookie conf
+    path = tmp_path / "scanner.toml"
+    base = "[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\n"
+    path.write_text(base + "placement = 'rackaware'\nrack_script = 'topology.sh'\nrack_script_args = 2\n"
+                           "min_racks_per_write_quorum = 3\nenforce_min_racks = true\npulsar_racks = false\n")
+    assert load_config(path, {}).placement == PlacementSettings(
+        placement="rackaware", rack_script=tmp_path / "topology.sh", rack_script_args=2, pulsar_racks=False,
+        min_racks=3, enforce_min_racks=True)
+    assert load_config(path, {"BOOKIE_SCANNER_REPAIR_PULSAR_RACKS": "true"}).placement.pulsar_racks is True
+    for text, named in [("placement = 'nearby'\n", "[repair] placement = 'nearby': expected 'default' or 'rackaware'"),
+                        ("min_racks_per_write_quorum = 0\n", "min_racks_per_write_quorum = 0: expected a number >= 1"),
+                        ("racks_file = ['a', 'b']\n", "racks_file = ['a', 'b']: expected one path")]:
+        path.write_text(base + text)
+        with pytest.raises(ConfigError) as caught:
+            load_config(path, {})
+        assert named in str(caught.value)
+
+
+def test_repair_flags_and_the_audits_racks(tmp_path, zookeeper, zk_load_dump, zk_client):
+    import argparse
+
+    from scanner.cli import UsageError
+    from scanner.commands.placement_args import add_placement_options, audit_racks, placement_policy
+
+    parser = argparse.ArgumentParser()
+    add_placement_options(parser)
+    racks = tmp_path / "racks"
+    racks.write_text("".join(f"{bk(n)} /r{(n + 1) // 2}\n" for n in range(1, 7)))
+    args = parser.parse_args(["--placement", "rackaware", "--racks", str(racks), "--enforce-min-racks"])
+    conf = {"minNumRacksPerWriteQuorum": "3"}
+    policy = placement_policy(args, conf, None)
+    assert policy.rules == PlacementRules(rack_aware=True, min_racks=3, enforce_min_racks=True)
+    assert policy.topology([]).racks == SIX.racks
+    assert audit_racks(args, None) == SIX.racks
+    with pytest.raises(UsageError, match="racks from file and pulsar: choose one"):
+        placement_policy(parser.parse_args(["--racks", str(racks), "--pulsar-racks"]), {}, None)
+    with pytest.raises(UsageError, match="--min-racks must be at least 1, got 0"):
+        placement_policy(parser.parse_args(["--min-racks", "0"]), {}, None)
+    with pytest.raises(UsageError, match="--rack-script and --pulsar-racks need the live metadata"):
+        audit_racks(parser.parse_args(["--pulsar-racks"]), None)
+    assert audit_racks(parser.parse_args([]), None) is None
+    chroot = zk_load_dump(CORPUS / "zk-dump-live.json")
+    zk_client.create(f"{chroot}/bookies", json.dumps({"default": {"127.0.0.1:3181": {"rack": "/r1"}}}).encode())
+    with ZooKeeperStore(zookeeper.connect_string, f"{chroot}/ledgers") as store:
+        registered = store.bookies().writable
+        placed = audit_racks(parser.parse_args(["--pulsar-racks"]), store)
+    assert registered and placed == {b: "/r1" for b in registered if b.startswith("127.0.0.1:")}
