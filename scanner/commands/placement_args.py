@@ -63,12 +63,13 @@ def placement_policy(args, conf, store, host_of=None):
 
 def audit_racks(args, store) -> dict[str, str] | None:
     """The racks of the registered bookies the rack options name (None: no rack check); a UsageError on failure."""
+    from scanner.repair.placement.policy import RACKS_FILE
     from scanner.repair.placement.racks import RackSourceError
 
     if args.racks is None and args.rack_script is None and not args.pulsar_racks:
         return None
     policy = placement_policy(args, {}, store)
-    if store is None and policy.racks != "file":
+    if store is None and policy.racks != RACKS_FILE:
         raise UsageError("--rack-script and --pulsar-racks need the live metadata (zk://...): they place the "
                          "registered bookies")
     try:

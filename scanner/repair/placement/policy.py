@@ -51,15 +51,6 @@ class PlacementPolicy:
             racks = {}
         return Topology(racks, groups)
 
-    def describe(self) -> str:
-        """One line: the policy and its rack source, for logs and reports."""
-        if not self.rules.rack_aware:
-            return "default placement (any writable bookie outside the ensemble)"
-        source = {RACKS_FILE: f"racks file {self.racks_file}", RACK_SCRIPT: f"topology script {self.rack_script}",
-                  PULSAR_RACKS: f"Pulsar's {self.bookies_path}"}.get(self.racks, "no rack source: all default rack")
-        return (f"rack-aware placement ({source}; min {self.rules.min_racks} racks per write quorum"
-                f"{', enforced' if self.rules.enforce_min_racks else ''})")
-
     def _pulsar_bookies(self) -> dict[str, dict[str, str | None]] | None:
         if self.store is None or self.bookies_path is None:
             return None
