@@ -15,6 +15,7 @@ import random
 import shutil
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,7 @@ from scanner.repair.placement.settings import PlacementSettings, build_policy
 
 pytestmark = pytest.mark.slow
 
-SOURCE = __import__("pathlib").Path(__file__).resolve().parent / "bookkeeper" / "ReplaceBookie.java"
+SOURCE = Path(__file__).resolve().parent / "bookkeeper" / "ReplaceBookie.java"
 RACKS = {1: "/r1", 2: "/r1", 3: "/r2", 4: "/r2", 5: "/r3", 6: "/r3", 7: "/r4"}  # 8: none, the default rack
 BOOKIES = [f"127.0.0.{n}:3181" for n in range(1, 9)]
 TRIALS = 200
