@@ -10,13 +10,15 @@ from pathlib import Path
 from scanner.commands import values
 from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
 from scanner.commands.output import add_format_option
+from scanner.commands.placement_args import add_placement_options
 
 DESCRIPTION = """\
 Scan the bookie (or only --ledger), then for every ledger with lost, corrupt or missing entries
 that this bookie must still hold, move the fragments holding them out of this bookie, the way
 BookKeeper's own LedgerFragmentReplicator (and `bookkeeper shell recover`) does:
   - take the ledger's under-replication lock, so no ReplicationWorker works on it meanwhile;
-  - copy this bookie's share of each damaged fragment to a writable bookie outside its ensemble,
+  - copy this bookie's share of each damaged fragment to a writable bookie outside its ensemble, chosen
+    as the cluster's placement policy would (racks, Pulsar's isolation groups: see placement below),
     every copy read from a peer, its digest verified against the ledger metadata, added with the
     recovery flag, read back and compared;
   - put the new bookie in this bookie's place in that fragment's ensemble (compare-and-set on the
@@ -28,7 +30,7 @@ Clients are never sent to the damaged copy again; nothing is written to this boo
 (its garbage collector drops the old copy once no ensemble names it). A copy added beside a damaged
 one would not last: the bookie's read-ahead and compaction bring the damaged record back.
 Only closed ledgers are moved; damage in an open ledger's last fragment waits until it is closed.
-Moves that cannot be made are reported: no_target (no bookie outside the ensemble), no_good_copy
+Moves that cannot be made are reported: no_target (no bookie the placement allows), no_good_copy
 (no copy verifies anywhere: the writer's bytes, or replicas that disagree), busy (another repairer
 holds the lock), refused (this scanner cannot do it: a bookie advertises TLS or authentication, the
 cluster's clients must authenticate, zkEnableSecurity without a SASL session, or metadata format 1),
@@ -64,6 +66,7 @@ def register(subparsers) -> None:
                         help="give a bookie this long to answer one request (default: 10)")
     parser.add_argument("--state-dir", metavar="DIR", type=Path,
                         help="record every attempt in DIR/repairs.jsonl")
+    add_placement_options(parser)
     add_format_option(parser)
     parser.set_defaults(func=run)
 
