@@ -14,7 +14,9 @@ from scanner.heal.verdict import CopyState, PeerCopy, Verdict, judge, judge_copy
 from scanner.heal.wire import read_request, recovery_add_request
 from scanner.metadata.ledger import (LedgerMetadata, LedgerState, MetadataFormatError, parse_ledger_metadata,
                                      replace_ensemble_member, serialize_ledger_metadata)
-from scanner.repair.planner import damaged_fragments, replacement_order
+from scanner.repair.placement.choice import NoTarget
+from scanner.repair.placement.policy import PlacementPolicy, replacement_candidates
+from scanner.repair.planner import damaged_fragments
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry, master_key
 
 A, B, C, D = "10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181", "10.0.0.4:3181"
@@ -42,10 +44,13 @@ def test_replacements_are_writable_bookies_outside_the_ensemble_in_a_stable_spre
     meta = ledger(segments=((0, (A, B, C)),))
     (fragment,) = meta.fragments()
     E, F = "10.0.0.5:3181", "10.0.0.6:3181"
-    order = replacement_order(7, fragment, [A, B, C, D, E, F])
-    assert sorted(order) == [D, E, F] and order == replacement_order(7, fragment, [F, E, D, C])
-    assert replacement_order(7, fragment, [A, B, C]) == []
-    spread = {replacement_order(ledger_id, fragment, [D, E, F])[0] for ledger_id in range(30)}
+    def order(ledger_id, writable):
+        return replacement_candidates(replace(meta, ledger_id=ledger_id), fragment, A, writable, PlacementPolicy())
+
+    assert sorted(order(7, [A, B, C, D, E, F])) == [D, E, F] and order(7, [A, B, C, D, E, F]) == order(7, [F, E, D, C])
+    with pytest.raises(NoTarget, match="no writable bookie outside the ensemble"):
+        order(7, [A, B, C])
+    spread = {order(ledger_id, [D, E, F])[0] for ledger_id in range(30)}
     assert spread == {D, E, F}  # different ledgers go to different bookies
 
 

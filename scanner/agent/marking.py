@@ -22,6 +22,7 @@ from scanner.repair.blast_radius import BlastRadius, DamageFigures, FailedDiskBr
 from scanner.repair.filer import MarkFiler
 from scanner.repair.followup import FollowUp
 from scanner.repair.marks import MarkError, UnderreplicationMarks
+from scanner.repair.placement.settings import PlacementSettings
 from scanner.repair.planner import damage_by_ledger, plan_repairs
 from scanner.repair.rereplicate import Rereplicator
 from scanner.repair.zk_acls import zk_acls
@@ -41,7 +42,8 @@ class Marking:
     def __init__(self, metadata, book: FindingBook, bookie_id: str, state_dir, repair_command: str | None, *,
                  ledger_dirs: list[str], rereplicate: bool = True, copy_bytes_per_second: float | None = None,
                  stopping: Callable[[], bool] = lambda: False, blast_radius: BlastRadius = BlastRadius(),
-                 bookie_size: Callable[[], tuple[int, int]] = lambda: (0, 0), conf: Mapping[str, str] | None = None):
+                 bookie_size: Callable[[], tuple[int, int]] = lambda: (0, 0), conf: Mapping[str, str] | None = None,
+                 placement: PlacementSettings = PlacementSettings()):
         self.metadata = metadata
         self.ledger_dirs = ledger_dirs  # an UNREPAIRED finding goes to the dir that owns its ledger
         self.book = book
@@ -54,7 +56,8 @@ class Marking:
         filer = MarkFiler(UnderreplicationMarks(metadata.client, metadata.root,
                                                 acl=zk_acls(conf or {}, metadata.client)), bookie_id)
         mover = Rereplicator(metadata.store, bookie_id, bytes_per_second=copy_bytes_per_second,
-                             stopping=stopping, budget=self.budget, conf=conf) if rereplicate else None
+                             stopping=stopping, budget=self.budget, conf=conf,
+                             placement=placement) if rereplicate else None
         self.followup = FollowUp(state_dir, filer, rereplicator=mover,
                                  repair_command=shlex.split(repair_command) if repair_command else None)
         self._lock = threading.Lock()  # filing and the follow-up cycle never interleave

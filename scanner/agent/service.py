@@ -151,6 +151,7 @@ class Agent:
                 raise StartupError(f"{self.config.source}: [repair] mark needs ZooKeeper metadata, not {self.metadata_uri}")
             from scanner.agent.marking import Marking
             from scanner.heal.transport import TransportRefused
+            from scanner.repair.placement.settings import PlacementSettingsError
 
             try:
                 self.marking = Marking(
@@ -158,9 +159,12 @@ class Agent:
                     ledger_dirs=[str(d) for d in self.layout.ledger_dirs],
                     copy_bytes_per_second=self.config.copy_bytes_per_second if self.config.rereplicate else None,
                     rereplicate=self.config.rereplicate, stopping=self._stop.is_set,
-                    blast_radius=self.config.blast_radius, bookie_size=self._bookie_size, conf=self.layout.conf)
+                    blast_radius=self.config.blast_radius, bookie_size=self._bookie_size, conf=self.layout.conf,
+                    placement=self.config.placement)
             except TransportRefused as exc:
                 raise StartupError(f"{self.config.source}: [repair] mark: {exc.reason}") from None
+            except PlacementSettingsError as exc:
+                raise StartupError(f"{self.config.source}: [repair] placement: {exc}") from None
         else:
             self.book.end_category(Category.UNREPAIRED, "the repair follow-up is off ([repair] mark = false)")
         return True

@@ -10,7 +10,7 @@ from pathlib import Path
 from scanner.commands import values
 from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
 from scanner.commands.output import add_format_option
-from scanner.commands.placement_args import add_placement_options
+from scanner.commands.placement_args import add_placement_options, placement_settings
 
 DESCRIPTION = """\
 Scan the bookie (or only --ledger), then for every ledger with lost, corrupt or missing entries
@@ -80,6 +80,7 @@ def run(args) -> int:
     from scanner.heal.transport import TransportRefused
     from scanner.metadata.store import MetadataUnavailable
     from scanner.metadata.zookeeper import ZooKeeperStore
+    from scanner.repair.placement.settings import PlacementSettingsError
     from scanner.repair.planner import damage_by_ledger
     from scanner.repair.rereplicate import Outcome, Rereplicator
     from scanner.scan.on_demand import scan_bookie
@@ -106,9 +107,11 @@ def run(args) -> int:
             findings = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger).findings
         try:
             mover = Rereplicator(store, layout.bookie_id, bytes_per_second=args.copy_rate, timeout=args.timeout,
-                                 conf=layout.conf)
+                                 conf=layout.conf, placement=placement_settings(args))
         except TransportRefused as exc:
             raise UsageError(exc.reason) from None
+        except PlacementSettingsError as exc:
+            raise UsageError(str(exc)) from None
         attempts = []
         for ledger_id, damage in sorted(damage_by_ledger(findings).items()):
             entries = merge_ranges([r for f in damage for r in f.entries])

@@ -45,7 +45,7 @@ from scanner.checks.findings import EntryRanges, in_ranges
 from scanner.heal.fragment_copy import CopyFailed, CopyProblem, FragmentCopier
 from scanner.heal.pool import BookiePool
 from scanner.heal.transport import TransportRefused, screen_move
-from scanner.metadata.bookie_registry import BookieRegistry
+from scanner.metadata.bookie_registry import BookieNotResolved, BookieRegistry
 from scanner.metadata.ledger import (
     Fragment,
     LedgerMetadata,
@@ -55,9 +55,14 @@ from scanner.metadata.ledger import (
     replace_ensemble_member,
 )
 from scanner.metadata.ledger_paths import ledger_path
+from scanner.metadata.store import MetadataUnavailable
 from scanner.repair.ledger_lock import LedgerLock, LockBusy
 from scanner.repair.marks import UnderreplicationMarks
-from scanner.repair.planner import damaged_fragments, replacement_order
+from scanner.repair.placement.choice import NoTarget
+from scanner.repair.placement.policy import replacement_candidates
+from scanner.repair.placement.settings import PlacementSettings, build_policy
+from scanner.repair.placement.sources import legacy_host
+from scanner.repair.planner import damaged_fragments
 from scanner.repair.zk_acls import zk_acls
 
 log = logging.getLogger(__name__)
@@ -139,7 +144,8 @@ class Rereplicator:
     """Moves this bookie's damaged fragments to other bookies through ``store`` (a live ZooKeeper store).
 
     ``stopping()`` is polled while copying; ``bytes_per_second`` paces the copying (None: unlimited);
-    ``timeout`` bounds each request to a bookie; ``budget`` (a ``MoveBudget``), when given, is asked
+    ``timeout`` bounds each request to a bookie; ``placement`` over the bookie's conf says where a fragment
+    goes (``scanner.repair.placement``); ``budget`` (a ``MoveBudget``), when given, is asked
     before each fragment and told what each moved. ``conf`` is the bookie's own configuration: its
     cluster's security settings decide the ACLs of what is created and whether bookies can be spoken to
     (TransportRefused, at once, when the ZooKeeper side cannot be done as BookKeeper does it).
@@ -148,13 +154,16 @@ class Rereplicator:
 
     def __init__(self, store, bookie_id: str, *, bytes_per_second: float | None = None, timeout: float = 10.0,
                  stopping: Callable[[], bool] = lambda: False, clock: Callable[[], float] = time.time,
-                 budget=None, conf: Mapping[str, str] | None = None):
+                 budget=None, conf: Mapping[str, str] | None = None,
+                 placement: PlacementSettings = PlacementSettings()):
         self.store = store
         self.client = store.client
         self.bookie_id = bookie_id
         self.conf = conf or {}
         self.acl = zk_acls(self.conf, store.client)
         self.registry = BookieRegistry(store)
+        # PlacementSettingsError at once when the settings contradict each other or the bookie's conf.
+        self.placement = build_policy(placement, self.conf, store, self._host_of)
         self.marks = UnderreplicationMarks(store.client, store.root, acl=self.acl)
         self.lock_holder = f"bookie-scanner on {bookie_id}"
         self.bytes_per_second = bytes_per_second
@@ -327,19 +336,33 @@ class Rereplicator:
 
     def _targets(self, meta: LedgerMetadata, fragment: Fragment, writable: list[str]) -> list[str]:
         """The bookies to try as the fragment's new member, best first; _Stop NO_TARGET when there is none."""
-        ordered = replacement_order(meta.ledger_id, fragment, writable)
-        if not ordered:
-            raise _Stop(Outcome.NO_TARGET, _no_target(fragment, writable))
+        try:
+            ordered = replacement_candidates(meta, fragment, self.bookie_id, writable, self.placement)
+        except NoTarget as exc:
+            raise _Stop(Outcome.NO_TARGET, exc.reason) from None
         failed_before = self._failed_targets.get(meta.ledger_id, set())
         ordered.sort(key=lambda b: b in failed_before)  # stable: the placement order among the rest
         in_ensembles = {b for f in meta.fragments() for b in f.bookies}
         probe = next(iter(fragment.entries_of(fragment.bookie_index(self.bookie_id))))
-        holders = self._run(lambda copier: copier.holding_ledger(
-            [b for b in ordered if b not in in_ensembles], meta.ledger_id, probe))
-        targets = [b for b in ordered if b not in holders]
+        targets, holders = [], set()
+        # Asked a few at a time, best first: a cluster of hundreds of bookies is not asked whole.
+        for start in range(0, len(ordered), 2 * TARGETS_TRIED):
+            batch = ordered[start:start + 2 * TARGETS_TRIED]
+            holders |= self._run(lambda copier: copier.holding_ledger(
+                [b for b in batch if b not in in_ensembles], meta.ledger_id, probe))
+            targets += [b for b in batch if b not in holders]
+            if len(targets) >= TARGETS_TRIED:
+                break
         if not targets:
-            raise _Stop(Outcome.NO_TARGET, _no_target(fragment, writable, holders))
+            raise _Stop(Outcome.NO_TARGET, _held_elsewhere(fragment, holders))
         return targets
+
+    def _host_of(self, bookie_id: str) -> str | None:
+        """The host a bookie's registration names (its racks are looked up by it, as BookKeeper's clients do)."""
+        try:
+            return self.registry.address(bookie_id)[0]
+        except (BookieNotResolved, MetadataUnavailable):
+            return legacy_host(bookie_id)
 
     def _run(self, work):
         """``work(copier)`` on a fresh pool; CopyFailed becomes the attempt's outcome."""
@@ -392,11 +415,7 @@ class Rereplicator:
         return ledger_path(self.store.manager, self.store.root, ledger_id)
 
 
-def _no_target(fragment: Fragment, writable: list[str], holders: Collection[str] = ()) -> str:
-    span = f"entries {fragment.first_entry_id}-{fragment.last_entry_id}"
-    if holders:
-        return (f"no writable bookie outside the ensemble of {span} that does not already hold the ledger outside "
-                f"its ensembles ({', '.join(sorted(holders))} do: their garbage collectors may delete it): wait for "
-                "their GC, or add a bookie")
-    return (f"no writable bookie outside the ensemble of {span} ({len(writable)} writable, all in it): add a bookie, "
-            "or bring one back")
+def _held_elsewhere(fragment: Fragment, holders: Collection[str]) -> str:
+    return (f"every bookie the placement allows for entries {fragment.first_entry_id}-{fragment.last_entry_id} already "
+            f"holds the ledger outside its ensembles ({', '.join(sorted(holders))}: their garbage collectors may "
+            "delete it): wait for their GC, or add a bookie")
