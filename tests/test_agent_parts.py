@@ -22,6 +22,7 @@ from scanner.agent.sdnotify import SystemdNotifier
 from scanner.agent.suspects import (ENTRY_LOG, LEDGER, MAX_FAILED_SCANS, Suspect, SuspectQueue, append_to_inbox,
                                     parse_suspect)
 from scanner.metadata.snapshot import SnapshotStore
+from scanner.repair.blast_radius import BlastRadius
 from scanner.sample.sample_cluster import build_sample
 from scanner.scan.full_pass import BookiePass
 from scanner.storage.bookie import open_bookie
@@ -45,6 +46,18 @@ def test_the_documented_config_loads_with_every_default(tmp_path):
     assert config.checkpoint_seconds == 30
     assert config.mark is False
     assert config.rereplicate is True and config.copy_bytes_per_second == 20_000_000  # moves, once marking is on
+    assert config.blast_radius == BlastRadius()  # the file documents the defaults the code has
+
+
+def test_the_blast_radius_is_configured_in_repair(tmp_path):
+    path = tmp_path / "scanner.toml"
+    path.write_text("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nmoves_per_hour = 2\n"
+                    "move_bytes_per_hour = '1GiB'\nfailed_disk_log_share = 0.5\n")
+    radius = load_config(path).blast_radius
+    assert (radius.moves_per_hour, radius.move_bytes_per_hour, radius.failed_disk_log_share) == (2, 1 << 30, 0.5)
+    path.write_text("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nfailed_disk_ledger_share = 2\n")
+    with pytest.raises(ConfigError, match="failed_disk_ledger_share"):
+        load_config(path)
 
 
 @pytest.mark.parametrize("text, named", [

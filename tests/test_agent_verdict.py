@@ -54,6 +54,9 @@ def _row(stage: str, failures: int = 0, marks_cleared: int = 0) -> dict:
     ({"findings": {"corrupt_entry": 1}, "scanners": [{"ledger_dir": "/d", "phase": "ledgers", "error": "OSError: x",
                                                         "stalled": False}]}, "failing", 503),
     ({"config_error": "ZooKeeper z answers but has no /ledger: wrong ledgers root?"}, "config_error", 503),
+    # the failed-disk breaker: the operator's turn, whatever each ledger's stage
+    ({"findings": {"corrupt_entry": 40}, "repair": {"following": [_row("marked")], "breaker": {
+        "tripped": True, "figures": "damage open in 40 of 400 ledgers and 30 of 40 entry logs"}}}, "escalated", 503),
 ])
 def test_the_verdict_is_the_most_urgent_state_that_applies_and_the_http_code_follows_it(changes, state, http):
     verdict = judge(_health(**changes))

@@ -246,8 +246,11 @@ def test_racks_are_checked_per_write_set_only_with_a_map():
     assert placement_violations(metadata) == []
     assert placement_violations(metadata, {A: "/r1", B: "/r2", C: "/r1", D: "/r2"}) == []
     assert placement_violations(metadata, racks, min_racks=1) == []
-    # a bookie missing from the map brings no rack
-    assert len(placement_violations(metadata, {A: "/r1", B: "/r2", C: "/r1"})) == 1
+    # a bookie missing from the map is in BookKeeper's default rack, as its resolver places it
+    assert placement_violations(metadata, {A: "/r1", B: "/r2", C: "/r1"}) == []
+    (enforced,) = placement_violations(metadata, {A: "/r1", B: "/r2", C: "/r1"}, enforce_min_racks=True)
+    assert enforced.detail == ("ensemble from entry 0: write sets starting at ensemble positions [2, 3] "
+                               "span fewer than 2 racks or use /default-rack (enforced)")
 
 
 def test_open_ledgers_last_ensemble_is_not_judged_for_placement():

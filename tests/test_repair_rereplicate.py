@@ -17,7 +17,7 @@ from scanner.metadata.ledger import LedgerState, parse_ledger_metadata, serializ
 from scanner.metadata.ledger_paths import ledger_path
 from scanner.metadata.zookeeper import ZooKeeperStore
 from scanner.repair.ledger_lock import LedgerLock, LockBusy
-from scanner.repair.marks import UnderreplicationMarks, lock_path, mark_path
+from scanner.repair.marks import MarkOutcome, UnderreplicationMarks, lock_path, mark_path
 from scanner.repair.rereplicate import Outcome, Rereplicator
 
 LEDGER = 123456789  # bookie1 is in its only ensemble; entry 8 is one of bookie1's
@@ -46,8 +46,15 @@ def register(store, *bookies: str) -> None:
         store.client.create(f"{store.root}/available/{bookie}", ephemeral=True)
 
 
-def attempt(store, damaged=((8, 8),)):
-    return Rereplicator(store, ME, timeout=1.0).rereplicate(LEDGER, damaged)
+def attempt(store, damaged=((8, 8),), mark_zxid=None):
+    return Rereplicator(store, ME, timeout=1.0).rereplicate(LEDGER, damaged, mark_zxid=mark_zxid)
+
+
+def our_mark(marks, ledger_id=LEDGER) -> int:
+    """File the mark as the agent does; the creation zxid that makes it ours."""
+    created = {}
+    marks.mark(ledger_id, [ME], created)
+    return created[ledger_id]
 
 
 def test_another_repairers_lock_means_later_and_is_left_alone(cluster, zookeeper):
@@ -66,9 +73,9 @@ def test_another_repairers_lock_means_later_and_is_left_alone(cluster, zookeeper
 
 def test_a_deleted_ledger_needs_nothing_and_its_mark_goes(cluster):
     marks = UnderreplicationMarks(cluster.client, cluster.root)
-    marks.mark(LEDGER, [ME])
+    zxid = our_mark(marks)
     cluster.client.delete(znode(cluster))
-    result = attempt(cluster)
+    result = attempt(cluster, mark_zxid=zxid)
     assert (result.outcome, result.detail) == (Outcome.NOT_NEEDED, "ledger deleted")
     assert marks.get(LEDGER) is None
     assert cluster.client.exists(lock_path(cluster.root, LEDGER)) is None
@@ -144,19 +151,77 @@ def test_a_lock_is_ours_only_while_our_session_holds_it(cluster, zookeeper):
         other.close()
 
 
-def test_clearing_a_mark_removes_only_this_bookie_and_then_the_empty_levels(cluster):
+def test_releasing_a_mark_takes_back_only_this_bookies_request_and_then_the_empty_levels(cluster):
     marks = UnderreplicationMarks(cluster.client, cluster.root)
     neighbour = LEDGER + 1  # shares the first three hex levels with LEDGER
     marks.mark(LEDGER, [ME, "10.9.9.9:3181"])
-    marks.mark(neighbour, [ME])
-    assert marks.clear(LEDGER, ME) and marks.get(LEDGER).replicas == ("10.9.9.9:3181",)
-    assert marks.clear(LEDGER, "10.9.9.9:3181") and marks.get(LEDGER) is None
+    neighbours_zxid = our_mark(marks, neighbour)
+    assert marks.release(LEDGER, ME, created_zxid=None, bookie_lost=False)
+    assert marks.get(LEDGER).replicas == ("10.9.9.9:3181",)
+    assert marks.release(LEDGER, "10.9.9.9:3181", created_zxid=None, bookie_lost=False)
+    # Not created by us: emptied, not deleted (a worker still checks the ledger before removing it).
+    assert marks.get(LEDGER).replicas == ()
     own, shared = mark_path(cluster.root, LEDGER).rsplit("/", 2)[:2]
-    assert cluster.client.exists(f"{own}/{shared}") is None and cluster.client.exists(own) is not None
+    cluster.client.delete(f"{own}/{shared}", recursive=True)  # a worker removed it
     level = own  # the neighbour's mark is still under it
-    assert marks.clear(neighbour, ME) and cluster.client.exists(level) is None
+    assert marks.release(neighbour, ME, created_zxid=neighbours_zxid, bookie_lost=False)
+    assert marks.get(neighbour) is None and cluster.client.exists(level) is None
     assert cluster.client.exists(f"{cluster.root}/underreplication/ledgers") is not None
-    assert marks.clear(neighbour, ME)  # nothing left to clear: fine
+    assert marks.release(neighbour, ME, created_zxid=neighbours_zxid, bookie_lost=False)  # nothing left: fine
+
+
+def test_a_placement_mark_merged_with_this_bookie_is_left_as_it_was(cluster):
+    marks = UnderreplicationMarks(cluster.client, cluster.root)
+    marks.mark(LEDGER, [])  # the Auditor's placement-policy mark names no bookie
+    assert marks.mark(LEDGER, [ME], {}) is MarkOutcome.MERGED
+    assert marks.release(LEDGER, ME, created_zxid=None, bookie_lost=False)
+    assert marks.get(LEDGER).replicas == ()
+
+
+def test_the_auditors_mark_of_a_lost_bookie_stays_when_one_of_its_fragments_moved(cluster):
+    # The bookie's process is dead (not registered) while its agent still scans its disk: the Auditor
+    # marked its ledgers naming it. A fragment moved away (here: by anyone) ends this bookie's damage
+    # there, but its other fragments on the dead bookie are still the mark's request.
+    meta = metadata(cluster)
+    (first, bookies), = meta.segments
+    moved = tuple("10.9.9.8:3181" if b == ME else b for b in bookies)
+    cluster.client.set(znode(cluster), serialize_ledger_metadata(
+        replace(meta, segments=((first, moved), (50, bookies)))))
+    auditor = UnderreplicationMarks(cluster.client, cluster.root)
+    auditor.mark(LEDGER, [ME])
+    register(cluster, "10.9.9.8:3181")  # ME is not registered: lost
+    result = attempt(cluster)
+    assert result.outcome is Outcome.NOT_NEEDED
+    assert auditor.get(LEDGER).replicas == (ME,)
+    # Registered again (back, or never gone): this bookie's request is taken back, the mark not deleted.
+    register(cluster, ME)
+    assert Rereplicator(cluster, ME).release_mark(LEDGER, mark_zxid=None)
+    assert auditor.get(LEDGER).replicas == ()
+
+
+def test_a_metadata_write_under_a_lock_lost_and_taken_by_another_fails_in_one_multi(cluster, zookeeper):
+    lock = LedgerLock(cluster.client, cluster.root, LEDGER, "bookie-scanner on me")
+    lock.acquire()
+    before = cluster.client.get(znode(cluster))
+    writing = cluster.client.transaction()
+    lock.guard(writing)
+    writing.set_data(znode(cluster), before[0], before[1].version)
+    assert writing.commit()[0] is True  # ours: the write goes through
+    cluster.client.delete(lock.path)  # our session lost it, and a worker took it
+    other = KazooClient(hosts=zookeeper.connect_string)
+    other.start()
+    try:
+        other.create(lock.path, b'bookieId: "worker"\n', ephemeral=True)  # as a ReplicationWorker locks
+        raw, stat = cluster.client.get(znode(cluster))
+        writing = cluster.client.transaction()
+        lock.guard(writing)
+        writing.set_data(znode(cluster), raw, stat.version)
+        results = writing.commit()
+        assert isinstance(results[0], Exception) and isinstance(results[1], Exception)
+        assert cluster.client.get(znode(cluster))[1].version == stat.version  # nothing written
+    finally:
+        other.stop()
+        other.close()
 
 
 def test_repairing_a_ledger_no_one_has_is_a_usage_error(capsys, zookeeper, zk_load_dump):
@@ -168,3 +233,22 @@ def test_repairing_a_ledger_no_one_has_is_a_usage_error(capsys, zookeeper, zk_lo
                    "--ledger", "987654321"])
     err = capsys.readouterr().err
     assert status == 2 and "neither in this bookie's index nor in the metadata" in err
+
+
+def test_a_format_1_ledger_is_refused_with_its_own_reason_and_changes_nothing(cluster):
+    meta = metadata(cluster)
+    cluster.client.set(znode(cluster), serialize_ledger_metadata(meta, 1))
+    before = cluster.client.get(znode(cluster))[0]
+    result = attempt(cluster)
+    assert result.outcome is Outcome.REFUSED and "metadata format 1" in result.detail, result
+    assert cluster.client.get(znode(cluster))[0] == before
+    assert cluster.client.exists(lock_path(cluster.root, LEDGER)) is None
+
+
+def test_a_cluster_whose_bookies_authenticate_their_clients_is_refused_before_anything_is_copied(cluster):
+    register(cluster, "127.0.0.1:9")
+    mover = Rereplicator(cluster, ME, timeout=1.0,
+                         conf={"bookieAuthProviderFactoryClass": "org.example.SaslBookieAuthProviderFactory"})
+    result = mover.rereplicate(LEDGER, ((8, 8),))
+    assert result.outcome is Outcome.REFUSED and "authenticate their clients" in result.detail, result
+    assert result.moves == ()

@@ -11,10 +11,12 @@ from corpus import CORPUS, scan_args
 from scanner.checks.findings import in_ranges, merge_ranges
 from scanner.cli import main
 from scanner.heal.verdict import CopyState, PeerCopy, Verdict, judge, judge_copy
-from scanner.heal.wire import parse_address, read_request, recovery_add_request
+from scanner.heal.wire import read_request, recovery_add_request
 from scanner.metadata.ledger import (LedgerMetadata, LedgerState, MetadataFormatError, parse_ledger_metadata,
                                      replace_ensemble_member, serialize_ledger_metadata)
-from scanner.repair.planner import damaged_fragments, replacement_order
+from scanner.repair.placement.choice import NoTarget
+from scanner.repair.placement.policy import PlacementPolicy, replacement_candidates
+from scanner.repair.planner import damaged_fragments
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry, master_key
 
 A, B, C, D = "10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181", "10.0.0.4:3181"
@@ -42,10 +44,13 @@ def test_replacements_are_writable_bookies_outside_the_ensemble_in_a_stable_spre
     meta = ledger(segments=((0, (A, B, C)),))
     (fragment,) = meta.fragments()
     E, F = "10.0.0.5:3181", "10.0.0.6:3181"
-    order = replacement_order(7, fragment, [A, B, C, D, E, F])
-    assert sorted(order) == [D, E, F] and order == replacement_order(7, fragment, [F, E, D, C])
-    assert replacement_order(7, fragment, [A, B, C]) == []
-    spread = {replacement_order(ledger_id, fragment, [D, E, F])[0] for ledger_id in range(30)}
+    def order(ledger_id, writable):
+        return replacement_candidates(replace(meta, ledger_id=ledger_id), fragment, A, writable, PlacementPolicy())
+
+    assert sorted(order(7, [A, B, C, D, E, F])) == [D, E, F] and order(7, [A, B, C, D, E, F]) == order(7, [F, E, D, C])
+    with pytest.raises(NoTarget, match="no writable bookie outside the ensemble"):
+        order(7, [A, B, C])
+    spread = {order(ledger_id, [D, E, F])[0] for ledger_id in range(30)}
     assert spread == {D, E, F}  # different ledgers go to different bookies
 
 
@@ -89,26 +94,47 @@ def test_entry_ranges_membership():
     assert merge_ranges([(5, 9), (0, 2), (3, 4), (20, 21), (8, 12)]) == ((0, 12), (20, 21))
 
 
-def entry(payload: bytes, entry_id: int = 3) -> bytes:
-    return build_entry(7, entry_id, 2, 500, payload, DigestType.CRC32C)
+def entry(payload: bytes, entry_id: int = 3, last_add_confirmed: int = 2, length: int = 500) -> bytes:
+    return build_entry(7, entry_id, last_add_confirmed, length, payload, DigestType.CRC32C)
 
 
 def copy(bookie, data):
     return PeerCopy(bookie, judge_copy(7, 3, data, DigestVerifier(DigestType.CRC32C)), data)
 
 
+CRC32C_LENGTH = DigestVerifier(DigestType.CRC32C).digest_length
+
+
+def verdict(*copies):
+    return judge(list(copies), CRC32C_LENGTH)
+
+
 def test_verdicts():
     good, other = entry(b"x" * 200), entry(b"y" * 200)
     bad = good[:-1] + b"z"
-    rot = judge([copy(B, good), copy(C, bad)])
+    rot = verdict(copy(B, good), copy(C, bad))
     assert (rot.verdict, rot.good_copy) == (Verdict.LOCAL_ROT, good)
-    assert judge([copy(B, good), copy(C, good)]).verdict is Verdict.LOCAL_ROT
-    assert judge([copy(B, good), copy(C, other)]).verdict is Verdict.DIVERGENT
-    assert judge([copy(B, bad), copy(C, bad)]).verdict is Verdict.WRITE_PATH
-    assert judge([copy(B, bad), PeerCopy(C, CopyState.NO_ANSWER)]).verdict is Verdict.UNRESOLVED
-    assert judge([PeerCopy(B, CopyState.ABSENT)]).verdict is Verdict.UNRESOLVED
+    assert verdict(copy(B, good), copy(C, good)).verdict is Verdict.LOCAL_ROT
+    assert verdict(copy(B, good), copy(C, other)).verdict is Verdict.DIVERGENT
+    assert verdict(copy(B, bad), copy(C, bad)).verdict is Verdict.WRITE_PATH
+    assert verdict(copy(B, bad), PeerCopy(C, CopyState.NO_ANSWER)).verdict is Verdict.UNRESOLVED
+    assert verdict(PeerCopy(B, CopyState.ABSENT)).verdict is Verdict.UNRESOLVED
     # A copy of another entry that verifies on its own is not a copy of this one.
     assert judge_copy(7, 3, entry(b"x" * 200, entry_id=4), DigestVerifier(DigestType.CRC32C)) is CopyState.BAD
+
+
+def test_copies_rewritten_by_recovery_with_another_lac_are_the_same_entry():
+    # BookKeeper's re-replication and ledger recovery re-add an entry with their own LAC: the stored
+    # bytes (LAC field and digest) differ, the entry does not.
+    written, re_added = entry(b"x" * 200, last_add_confirmed=2), entry(b"x" * 200, last_add_confirmed=9)
+    assert written != re_added
+    same = verdict(copy(C, re_added), copy(B, written))
+    assert same.verdict is Verdict.LOCAL_ROT
+    assert same.good_copy == written  # the copy of the first bookie by id, whichever answered first
+    assert same.detail == f"a verifying copy is on {B}, {C}"
+    # Another length (a writer's different entry, not a re-add) is divergence, as is another payload.
+    assert verdict(copy(B, written), copy(C, entry(b"x" * 200, length=700))).verdict is Verdict.DIVERGENT
+    assert verdict(copy(B, written), copy(C, entry(b"w" * 200, last_add_confirmed=9))).verdict is Verdict.DIVERGENT
 
 
 def test_wire_frames_follow_the_v2_protocol():
@@ -119,9 +145,6 @@ def test_wire_frames_follow_the_v2_protocol():
     length, header = struct.unpack_from(">ii", frame)
     assert (length, header) == (len(frame) - 4, 0x02010002)  # version 2, ADD_ENTRY, RECOVERY_ADD
     assert frame[8:28] == key and frame[28:] == stored
-    assert parse_address("[::1]:3181") == ("::1", 3181)
-    with pytest.raises(ValueError):
-        parse_address("bookie-7")
 
 
 def test_repair_needs_live_metadata(capsys):

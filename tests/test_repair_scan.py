@@ -114,3 +114,17 @@ def test_marks_command_lists_like_listunderreplicated(capsys, zookeeper, zk_clie
     status = main(["marks", "--metadata", f"zk://{zookeeper.connect_string}{root}"])
     text = capsys.readouterr().out
     assert "ledger 4294967311  replicas a:1" in text and text.rstrip().endswith("2 under-replicated ledgers")
+
+
+def test_scan_mark_on_a_secured_cluster_without_a_sasl_identity_marks_nothing(capsys, zookeeper, zk_client,
+                                                                             zk_load_dump, tmp_path):
+    """zkEnableSecurity=true: BookKeeper's znodes are creator-only under its SASL identity; a session without one
+    is refused before the scan, with that reason, rather than filing marks open to anyone."""
+    chroot = zk_load_dump(CORPUS / "zk-dump.json")
+    conf = tmp_path / "bookie1.conf"
+    conf.write_text((CORPUS / "bookie-configs" / "bookie1.conf").read_text() + "\nzkEnableSecurity=true\n")
+    status = main(["scan", "--bookie-conf", str(conf), "--ledger-dirs", str(CORPUS / "bookie1" / "ledgers"),
+                   "--metadata", f"zk://{zookeeper.connect_string}{chroot}/ledgers", "--mark"])
+    err = capsys.readouterr().err
+    assert status == 2 and "zkEnableSecurity=true" in err and "SASL" in err
+    assert UnderreplicationMarks(zk_client, f"{chroot}/ledgers").marked_ledgers() == []

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from scanner.repair.blast_radius import BlastRadius
+from scanner.repair.placement.settings import PLACEMENTS, PlacementSettings
 from scanner.units import parse_quantity
 from throttle import AllowedWindows, BackoffPolicy
 
@@ -66,6 +68,8 @@ class AgentConfig:
     repair_command: str | None
     rereplicate: bool = True
     copy_bytes_per_second: float | None = 20_000_000.0
+    blast_radius: BlastRadius = BlastRadius()
+    placement: PlacementSettings = PlacementSettings()
 
 
 _KNOWN = {
@@ -75,7 +79,10 @@ _KNOWN = {
               "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit"},
     "throttle": {"bytes_per_second", "entries_per_second", "window_hours", "window_days", "outside_rate",
                  "busy_threshold", "idle_threshold", "floor", "disk_backoff"},
-    "repair": {"mark", "repair_command", "rereplicate", "copy_bytes_per_second"},
+    "repair": {"mark", "repair_command", "rereplicate", "copy_bytes_per_second", "moves_per_hour",
+               "move_bytes_per_hour", "failed_disk_ledger_share", "failed_disk_min_ledgers", "failed_disk_log_share",
+               "failed_disk_min_logs", "placement", "racks_file", "rack_script", "rack_script_args",
+               "rack_script_timeout_seconds", "pulsar_racks", "min_racks_per_write_quorum", "enforce_min_racks"},
 }
 # Keys of earlier versions that mean something else now: the error says what replaced them.
 _REPLACED = {
@@ -208,6 +215,22 @@ def load_config(path: Path, environ: Mapping[str, str] = os.environ) -> AgentCon
         repair_command=repair.text("repair_command"),
         rereplicate=repair.flag("rereplicate", True),
         copy_bytes_per_second=repair.quantity("copy_bytes_per_second", 20_000_000, "B") or None,
+        blast_radius=_blast_radius(repair),
+        placement=_placement(repair),
+    )
+
+
+def _blast_radius(repair: "_Table") -> BlastRadius:
+    default = BlastRadius()
+    return BlastRadius(
+        moves_per_hour=int(repair.number("moves_per_hour", default.moves_per_hour, low=1)),
+        move_bytes_per_hour=int(repair.quantity("move_bytes_per_hour", default.move_bytes_per_hour, "B")),
+        failed_disk_ledger_share=repair.number("failed_disk_ledger_share", default.failed_disk_ledger_share,
+                                               low=0, low_open=True, high=1),
+        failed_disk_min_ledgers=int(repair.number("failed_disk_min_ledgers", default.failed_disk_min_ledgers, low=1)),
+        failed_disk_log_share=repair.number("failed_disk_log_share", default.failed_disk_log_share,
+                                            low=0, low_open=True, high=1),
+        failed_disk_min_logs=int(repair.number("failed_disk_min_logs", default.failed_disk_min_logs, low=1)),
     )
 
 
@@ -244,6 +267,27 @@ def _listen(agent: _Table) -> tuple[str, int]:
     if not colon or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise agent._fail("listen", "HOST:PORT, e.g. 127.0.0.1:9721 (port 0 picks a free one)")
     return host.strip("[]"), int(port)
+
+
+def _placement(table: _Table) -> PlacementSettings:
+    """The placement keys of [repair]; a key left out is None: the bookie's bk_server.conf, else BookKeeper's default."""
+    placement = table.choice("placement", PLACEMENTS[0], PLACEMENTS) if "placement" in table.values else None
+    script_args = table.number("rack_script_args", None, low=1)
+    min_racks = table.number("min_racks_per_write_quorum", None, low=1)
+    racks_file, rack_script = table.paths("racks_file"), table.paths("rack_script")
+    for key, value in (("racks_file", racks_file), ("rack_script", rack_script)):
+        if value is not None and len(value) != 1:
+            raise table._fail(key, "one path")
+    return PlacementSettings(
+        placement=placement,
+        racks_file=racks_file[0] if racks_file else None,
+        rack_script=rack_script[0] if rack_script else None,
+        rack_script_args=None if script_args is None else int(script_args),
+        rack_script_timeout=table.number("rack_script_timeout_seconds", 10, low=0, low_open=True),
+        pulsar_racks=None if "pulsar_racks" not in table.values else table.flag("pulsar_racks", False),
+        min_racks=None if min_racks is None else int(min_racks),
+        enforce_min_racks=None if "enforce_min_racks" not in table.values else table.flag("enforce_min_racks", False),
+    )
 
 
 def _throttle(table: _Table) -> ThrottleConfig:

@@ -10,7 +10,7 @@ import logging
 import shlex
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from kazoo.exceptions import KazooException
 
@@ -18,17 +18,22 @@ from scanner.agent.findingbook import FindingBook
 from scanner.agent.lograte import RateLimitedLog
 from scanner.checks.findings import Category
 from scanner.metadata.store import MetadataUnavailable
+from scanner.repair.blast_radius import BlastRadius, DamageFigures, FailedDiskBreaker, MoveBudget
 from scanner.repair.filer import MarkFiler
 from scanner.repair.followup import FollowUp
 from scanner.repair.marks import MarkError, UnderreplicationMarks
+from scanner.repair.placement.settings import PlacementSettings
 from scanner.repair.planner import damage_by_ledger, plan_repairs
 from scanner.repair.rereplicate import Rereplicator
+from scanner.repair.zk_acls import zk_acls
 
 log = logging.getLogger(__name__)
 
 CYCLE_SECONDS = 120.0
 # What the follow-up's end of a ledger ends: the damage it followed, and its own word that it stayed.
 FOLLOWED = tuple(c for c in Category if c.needs_rereplication) + (Category.UNREPAIRED,)
+# What a failing disk leaves in its entry logs.
+DISK_DAMAGE = (Category.DAMAGED_ENTRY_LOG, Category.CORRUPT_ENTRY, Category.LOST_ENTRY)
 
 
 class Marking:
@@ -36,15 +41,23 @@ class Marking:
 
     def __init__(self, metadata, book: FindingBook, bookie_id: str, state_dir, repair_command: str | None, *,
                  ledger_dirs: list[str], rereplicate: bool = True, copy_bytes_per_second: float | None = None,
-                 stopping: Callable[[], bool] = lambda: False):
+                 stopping: Callable[[], bool] = lambda: False, blast_radius: BlastRadius = BlastRadius(),
+                 bookie_size: Callable[[], tuple[int, int]] = lambda: (0, 0), conf: Mapping[str, str] | None = None,
+                 placement: PlacementSettings = PlacementSettings()):
         self.metadata = metadata
         self.ledger_dirs = ledger_dirs  # an UNREPAIRED finding goes to the dir that owns its ledger
         self.book = book
         self.bookie_id = bookie_id
         self.stopping = stopping
-        filer = MarkFiler(UnderreplicationMarks(metadata.client, metadata.root), bookie_id)
+        self.bookie_size = bookie_size  # (ledgers in the index, entry logs): what the breaker's shares are of
+        self.budget = MoveBudget(state_dir, blast_radius)
+        self.breaker = FailedDiskBreaker(state_dir, blast_radius)
+        # TransportRefused when marks cannot be made as BookKeeper makes them (zkEnableSecurity without SASL).
+        filer = MarkFiler(UnderreplicationMarks(metadata.client, metadata.root,
+                                                acl=zk_acls(conf or {}, metadata.client)), bookie_id)
         mover = Rereplicator(metadata.store, bookie_id, bytes_per_second=copy_bytes_per_second,
-                             stopping=stopping) if rereplicate else None
+                             stopping=stopping, budget=self.budget, conf=conf,
+                             placement=placement) if rereplicate else None
         self.followup = FollowUp(state_dir, filer, rereplicator=mover,
                                  repair_command=shlex.split(repair_command) if repair_command else None)
         self._lock = threading.Lock()  # filing and the follow-up cycle never interleave
@@ -80,9 +93,10 @@ class Marking:
             if not self.metadata.connected:
                 return
             deadline = time.monotonic() + CYCLE_SECONDS
+            may_move = self.breaker.judge(self.damage_figures())
             try:
                 report = self.followup.run_cycle(self.metadata.store, reverify,
-                                                 lambda: self.stopping() or time.monotonic() > deadline)
+                                                 lambda: self.stopping() or time.monotonic() > deadline, may_move)
             except (MetadataUnavailable, MarkError, KazooException, OSError) as exc:
                 self._retries.log("follow-up cycle cut short (%s): will retry", exc)
                 return
@@ -91,9 +105,21 @@ class Marking:
         for ledger_id, why in report.ended.items():
             self.book.end_ledger(ledger_id, FOLLOWED, f"repair follow-up: {why}")
 
+    def damage_figures(self) -> DamageFigures:
+        """The damage open in the book against the bookie's size, for the failed-disk breaker."""
+        ledgers, logs = set(), set()
+        for entry in self.book.open_findings():
+            finding = entry.finding
+            if finding.category.needs_rereplication and finding.ledger_id is not None:
+                ledgers.add(finding.ledger_id)
+            if finding.entry_log is not None and finding.category in DISK_DAMAGE:
+                logs.add((entry.key.ledger_dir, finding.entry_log))
+        ledger_count, log_count = self.bookie_size()
+        return DamageFigures(len(ledgers), ledger_count, len(logs), log_count)
+
     def repair_report(self) -> dict:
         """Not under the cycle's lock: a move can take minutes, /health must answer meanwhile."""
-        return self.followup.report()
+        return dict(self.followup.report(), budget=self.budget.to_json(), breaker=self.breaker.to_json())
 
     def tracked_by_stage(self) -> dict[str, int]:
         counts: dict[str, int] = {}

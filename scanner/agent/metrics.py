@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from scanner.envelope import tool_version
 from scanner.agent.verdict import STATES
+from scanner.repair.blast_radius import BREAKER_TRIPS
 from scanner.repair.followup import ESCALATIONS, MOVES, UNREPAIRED
 
 PREFIX = "bookie_scanner_"
@@ -77,7 +78,11 @@ class AgentCollector:
                        "stage", marks["tracked"])
         yield single(CounterMetricFamily, "marks_filed", "Under-replication marks filed since start", marks["filed"])
         yield single(GaugeMetricFamily, "period_seconds", "Configured length of one full pass", health["period_seconds"])
-        for counter in (MOVES, ESCALATIONS, UNREPAIRED):
+        breaker = (health.get("repair") or {}).get("breaker")
+        if breaker is not None:
+            yield single(GaugeMetricFamily, "repair_breaker_tripped",
+                         "1 while moves are stopped because this bookie's disk looks failed", int(breaker["tripped"]))
+        for counter in (MOVES, ESCALATIONS, UNREPAIRED, BREAKER_TRIPS):
             yield _with_bookie(counter, bookie)
         yield from _scanner_metrics(health["scanners"], bookie)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
 import threading
 import time
@@ -187,12 +188,21 @@ class Agent:
             if self.metadata.client is None:
                 raise StartupError(f"{self.config.source}: [repair] mark needs ZooKeeper metadata, not {self.metadata_uri}")
             from scanner.agent.marking import Marking
+            from scanner.heal.transport import TransportRefused
+            from scanner.repair.placement.settings import PlacementSettingsError
 
-            self.marking = Marking(self.metadata, self.book, self.layout.bookie_id, self.state_dir,
-                                   self.config.repair_command, ledger_dirs=[str(d) for d in self.layout.ledger_dirs],
-                                   copy_bytes_per_second=self.config.copy_bytes_per_second
-                                   if self.config.rereplicate else None,
-                                   rereplicate=self.config.rereplicate, stopping=self._stop.is_set)
+            try:
+                self.marking = Marking(
+                    self.metadata, self.book, self.layout.bookie_id, self.state_dir, self.config.repair_command,
+                    ledger_dirs=[str(d) for d in self.layout.ledger_dirs],
+                    copy_bytes_per_second=self.config.copy_bytes_per_second if self.config.rereplicate else None,
+                    rereplicate=self.config.rereplicate, stopping=self._stop.is_set,
+                    blast_radius=self.config.blast_radius, bookie_size=self._bookie_size, conf=self.layout.conf,
+                    placement=self.config.placement)
+            except TransportRefused as exc:
+                raise StartupError(f"{self.config.source}: [repair] mark: {exc.reason}") from None
+            except PlacementSettingsError as exc:
+                raise StartupError(f"{self.config.source}: [repair] placement: {exc}") from None
         else:
             self.book.end_category(Category.UNREPAIRED, "the repair follow-up is off ([repair] mark = false)")
         return True
@@ -312,6 +322,18 @@ class Agent:
     def _stalled(self) -> list[str]:
         """The ledger dirs whose scanner has stalled for longer than ``[agent] stall_minutes``."""
         return [w.ledger_dir for w in self.workers if w.stalled_seconds() > self.config.stall_seconds]
+
+    def _bookie_size(self) -> tuple[int, int]:
+        """Ledgers in the bookie's index (as the passes counted them) and entry logs in its ledger dirs."""
+        ledgers = sum(w.status().ledgers_total for w in self.workers)
+        logs = 0
+        for current in self.layout.ledger_current_dirs:
+            try:
+                with os.scandir(current) as names:
+                    logs += sum(1 for name in names if name.name.endswith(".log"))
+            except OSError:
+                continue  # a dir that cannot be listed: its worker reports it
+        return ledgers, logs
 
     def _follow_up(self) -> None:
         def reverify(ledger_id: int):

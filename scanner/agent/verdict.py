@@ -60,6 +60,10 @@ def judge(health: dict) -> Verdict:
     failing = [s["ledger_dir"] for s in health["scanners"] if s.get("error") or s.get("stalled")]
     if failing:
         return Verdict("failing", f"scanner failing or stalled: {', '.join(failing)}")
+    breaker = health["repair"].get("breaker") or {}
+    if breaker.get("tripped"):
+        return Verdict("escalated", f"this bookie's disk looks failed ({breaker['figures']}): moves are stopped, "
+                                    "marks go on; decommission the bookie")
     following = health["repair"]["following"]
     escalated = [r["ledger_id"] for r in following if r["stage"] == "escalated"]
     unrepaired = health["findings"].get("unrepaired", 0)

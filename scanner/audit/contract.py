@@ -19,8 +19,7 @@ from itertools import groupby
 from scanner.audit.availability import (Run, SequenceGroup, clip_runs, gaps_in, groups_entry_count, merge_runs,
                                         periodic_groups, run_group, subtract_runs)
 from scanner.metadata.ledger import Fragment, LedgerMetadata
-
-DEFAULT_MIN_RACKS = 2  # BookKeeper's default minNumRacksPerWriteQuorum
+from scanner.repair.placement.racks import DEFAULT_MIN_RACKS, DEFAULT_RACK, short_write_sets
 
 Listing = tuple[Sequence[Run], Sequence[Run]]  # one bookie's (good runs, damaged runs) of a ledger
 
@@ -61,6 +60,7 @@ def ledger_violations(
     *,
     racks: Mapping[str, str] | None = None,
     min_racks: int = DEFAULT_MIN_RACKS,
+    enforce_min_racks: bool = False,
 ) -> list[Violation]:
     """Every violation of one ledger: placement, under-replicated entries, extra copies, or orphan.
 
@@ -83,23 +83,25 @@ def ledger_violations(
     # the end of a non-closed ledger's last fragment is unknown, so it is not judged
     fragments = [fragment for fragment in metadata.fragments() if fragment.last_entry_id is not None]
     return [
-        *placement_violations(metadata, racks, min_racks),
+        *placement_violations(metadata, racks, min_racks, enforce_min_racks),
         *_under_replicated(metadata, fragments, good, damaged),
         *_extra_copies(ledger_id, fragments, held),
     ]
 
 
 def placement_violations(
-    metadata: LedgerMetadata, racks: Mapping[str, str] | None = None, min_racks: int = DEFAULT_MIN_RACKS
+    metadata: LedgerMetadata, racks: Mapping[str, str] | None = None, min_racks: int = DEFAULT_MIN_RACKS,
+    enforce_min_racks: bool = False,
 ) -> list[Violation]:
-    """Ensembles naming a bookie twice and, given ``racks``, write sets spanning too few racks.
+    """Ensembles naming a bookie twice and, given ``racks``, write sets breaking the rack rule.
 
-    Like BookKeeper's rack-aware policy, each of an ensemble's E write sets must span
-    ``min(write quorum, min_racks)`` racks; bookies missing from ``racks`` add no rack.
+    The rule of BookKeeper's rack-aware policy, the one a repair's move keeps to (``short_write_sets``): each
+    of an ensemble's E write sets spans ``min(write quorum, min_racks)`` racks and, enforced, has no bookie
+    in the default rack; a bookie missing from ``racks`` is in the default rack.
     A non-closed ledger's last ensemble is not judged.
     """
     segments = metadata.segments if metadata.is_closed else metadata.segments[:-1]
-    size, quorum = metadata.ensemble_size, metadata.write_quorum
+    quorum = metadata.write_quorum
     violations = []
     for first_entry_id, bookies in segments:
         repeated = tuple(sorted({bookie for bookie in bookies if bookies.count(bookie) > 1}))
@@ -109,15 +111,14 @@ def placement_violations(
                 f"ensemble from entry {first_entry_id} names {', '.join(repeated)} more than once"))
         if racks is None:
             continue
-        needed = min(quorum, min_racks)
-        short = [start for start in range(size)
-                 if len({racks[bookie] for k in range(quorum)
-                         if (bookie := bookies[(start + k) % size]) in racks}) < needed]
+        short = short_write_sets(bookies, quorum, lambda bookie: racks.get(bookie, DEFAULT_RACK), min_racks,
+                                 enforce_min_racks)
         if short:
+            rule = f"span fewer than {min(quorum, min_racks)} racks" + (
+                f" or use {DEFAULT_RACK} (enforced)" if enforce_min_racks else "")
             violations.append(Violation(
                 Category.PLACEMENT_VIOLATION, metadata.ledger_id, None, tuple(bookies),
-                f"ensemble from entry {first_entry_id}: write sets starting at ensemble positions "
-                f"{short} span fewer than {needed} racks"))
+                f"ensemble from entry {first_entry_id}: write sets starting at ensemble positions {short} {rule}"))
     return violations
 
 

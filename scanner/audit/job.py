@@ -54,6 +54,7 @@ class AuditInputError(Exception):
 class AuditOptions:
     racks: Mapping[str, str] | None = None
     min_racks: int = DEFAULT_MIN_RACKS
+    enforce_min_racks: bool = False
     max_under_replicated_ms: int = DEFAULT_MAX_UNDER_REPLICATED_MS
 
 
@@ -110,7 +111,8 @@ def run_audit(spark, store: MetadataStore, exports_path: str, options: AuditOpti
     registered = registry.writable | registry.readonly
     marks = marked_ledgers(store)
     context = spark.sparkContext.broadcast(AuditContext(frozenset(registered), frozenset(exported),
-                                                        frozenset(marks), options.racks, options.min_racks))
+                                                        frozenset(marks), options.racks, options.min_racks,
+                                                        options.enforce_min_racks))
     # the ledgers are read and prepared once, in the first action on this cache, which holds little more
     # than a status per ledger: the znode and the listings only of the ledgers to judge one by one
     compared = _compared(ledger_frame(spark, store, context), exports).persist(StorageLevel.MEMORY_AND_DISK)

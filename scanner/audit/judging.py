@@ -33,6 +33,7 @@ class AuditContext:
     marked: frozenset[int]  # ledgers with an under-replication mark
     racks: Mapping[str, str] | None = None
     min_racks: int = DEFAULT_MIN_RACKS
+    enforce_min_racks: bool = False  # enforceMinNumRacksPerWriteQuorum: a write set in the default rack breaks it
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,8 @@ def judge_ledger(ledger_id: int, node: LedgerNode | None, listings: Iterable[Boo
                                        decode_runs(listing.damaged, f"{source}: damaged"))
         except AvailabilityError as exc:
             problems.append(str(exc))
-    violations = ledger_violations(ledger_id, metadata, runs, racks=context.racks, min_racks=context.min_racks)
+    violations = ledger_violations(ledger_id, metadata, runs, racks=context.racks, min_racks=context.min_racks,
+                                   enforce_min_racks=context.enforce_min_racks)
     if metadata is not None:
         violations += unavailable_bookies(metadata, context.registered, context.exported)
     return LedgerOutcome(ledger_id, Status.JUDGED, tuple(violations), mzxid, tuple(problems))
@@ -103,7 +105,8 @@ def clean_listings(ledger_id: int, node: LedgerNode, context: AuditContext
         metadata = parse_ledger_metadata(ledger_id, node.data, node.ctime, source=node.path)
     except MetadataFormatError:
         return Status.UNDECODABLE, None
-    if (not metadata.is_closed or placement_violations(metadata, context.racks, context.min_racks)
+    if (not metadata.is_closed
+            or placement_violations(metadata, context.racks, context.min_racks, context.enforce_min_racks)
             or unavailable_bookies(metadata, context.registered, context.exported)):
         return Status.JUDGED, None
     runs: dict[str, list] = {}

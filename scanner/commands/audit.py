@@ -14,6 +14,7 @@ from pathlib import Path
 from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_metadata_option
 from scanner.commands.output import add_format_option
+from scanner.commands.placement_args import add_rack_options, audit_racks, placement_settings
 from scanner.envelope import envelope
 
 DESCRIPTION = """\
@@ -21,7 +22,7 @@ Judge every ledger of the cluster against what every bookie exported (`bookie-sc
   under_replicated_entry  entries of a closed fragment with fewer good copies than the write quorum,
                           on the bookies their write sets name (lost or corrupt copies are not good)
   extra_copy              entries a bookie holds outside its write sets
-  placement_violation     an ensemble naming a bookie twice, or (--racks) write sets on too few racks
+  placement_violation     an ensemble naming a bookie twice, or (a rack source) write sets breaking the rack rule
   orphan_ledger           bookies hold entries of a ledger the metadata does not have
   long_under_replicated   a ledger marked under-replicated for longer than --max-under-replicated-age
   unavailable_bookie      an ensemble bookie neither registered (available/) nor exported
@@ -52,12 +53,8 @@ def register(subparsers) -> None:
     add_format_option(parser)
     parser.add_argument("--output", metavar="DIR", help="also write the violations as Parquet to DIR (replaced)")
     parser.add_argument("--master", metavar="URL", help="Spark master (default: local[*], embedded)")
-    placement = parser.add_argument_group("placement")
-    placement.add_argument("--racks", metavar="FILE", type=Path,
-                           help="bookie racks, one 'BOOKIE_ID RACK' per line (# comments); enables the rack check")
-    placement.add_argument("--min-racks", metavar="N", type=int, default=None,
-                           help="racks each write set must span, capped at the write quorum (default: 2, "
-                                "BookKeeper's minNumRacksPerWriteQuorum)")
+    add_rack_options(parser.add_argument_group(
+        "placement (a rack source enables the rack check, with the rule a repair's move keeps to)"))
     parser.add_argument("--max-under-replicated-age", metavar="DURATION", default="24h",
                         help="a mark older than this is a long_under_replicated violation: 90s, 30m, 6h, 2d "
                              "(default: 24h)")
@@ -77,25 +74,8 @@ def parse_duration_ms(text: str) -> int:
     return int(float(match.group(1)) * _UNIT_MS[match.group(2) or "s"])
 
 
-def parse_racks(path: Path) -> dict[str, str]:
-    """Bookie id -> rack from a file of ``BOOKIE_ID RACK`` lines."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read --racks {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    racks = {}
-    for number, line in enumerate(lines, 1):
-        words = line.split("#", 1)[0].split()
-        if not words:
-            continue
-        if len(words) != 2:
-            raise UsageError(f"{path}:{number}: expected 'BOOKIE_ID RACK', got {line.strip()!r}")
-        racks[words[0]] = words[1]
-    return racks
-
-
 def run(args) -> int:
-    from scanner.audit.contract import DEFAULT_MIN_RACKS
+    from scanner.repair.placement.racks import DEFAULT_MIN_RACKS
     from scanner.audit.job import AuditInputError, AuditOptions, run_audit
     from scanner.audit.spark_session import SparkUnavailable, running_spark
     from scanner.commands.bookie_args import metadata_store, metadata_uri
@@ -104,12 +84,9 @@ def run(args) -> int:
 
     if args.marks_per_second < 0:
         raise UsageError(f"--marks-per-second must be 0 (unlimited) or more, got {args.marks_per_second:g}")
-    if args.min_racks is not None and args.min_racks < 1:
-        raise UsageError(f"--min-racks must be at least 1, got {args.min_racks}")
+    placement = placement_settings(args)
     _check_local_exports(args.exports)  # before Spark starts: seconds, a JVM and a log file
-    options = AuditOptions(racks=parse_racks(args.racks) if args.racks else None,
-                           min_racks=args.min_racks or DEFAULT_MIN_RACKS,
-                           max_under_replicated_ms=parse_duration_ms(args.max_under_replicated_age))
+    max_under_replicated_ms = parse_duration_ms(args.max_under_replicated_age)
     uri = metadata_uri(args)
     store = None if uri.startswith("file:") else metadata_store(args)  # a dump is read by Spark, below
     if store is None and not Path(dump_path(uri)).is_file():
@@ -117,6 +94,9 @@ def run(args) -> int:
     spark_log = None if args.verbose else spark_log_path()
     keep_log = False  # only a failure of Spark's, whose one line names it
     try:
+        options = AuditOptions(racks=audit_racks(args, store), min_racks=placement.min_racks or DEFAULT_MIN_RACKS,
+                               enforce_min_racks=bool(placement.enforce_min_racks),
+                               max_under_replicated_ms=max_under_replicated_ms)
         marks = None
         if args.mark:
             from scanner.repair.after_scan import marks_for

@@ -10,24 +10,31 @@ from pathlib import Path
 from scanner.commands import values
 from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
 from scanner.commands.output import add_format_option
+from scanner.commands.placement_args import add_placement_options, placement_settings
 
 DESCRIPTION = """\
 Scan the bookie (or only --ledger), then for every ledger with lost, corrupt or missing entries
 that this bookie must still hold, move the fragments holding them out of this bookie, the way
 BookKeeper's own LedgerFragmentReplicator (and `bookkeeper shell recover`) does:
   - take the ledger's under-replication lock, so no ReplicationWorker works on it meanwhile;
-  - copy this bookie's share of each damaged fragment to a writable bookie outside its ensemble,
+  - copy this bookie's share of each damaged fragment to a writable bookie outside its ensemble, chosen
+    as the cluster's placement policy would (racks, Pulsar's isolation groups: see placement below),
     every copy read from a peer, its digest verified against the ledger metadata, added with the
     recovery flag, read back and compared;
   - put the new bookie in this bookie's place in that fragment's ensemble (compare-and-set on the
-    ledger's metadata), and take this bookie off the ledger's under-replication mark.
+    ledger's metadata, in one ZooKeeper multi with a check that the ledger's lock is still ours), and
+    take back what this bookie asked of the ledger's under-replication mark (never another's request).
+Bookies are reached through their registration (a custom bookieId works); a target is never one
+that failed an earlier try first, nor one that already holds the ledger outside its ensembles.
 Clients are never sent to the damaged copy again; nothing is written to this bookie or deleted
 (its garbage collector drops the old copy once no ensemble names it). A copy added beside a damaged
 one would not last: the bookie's read-ahead and compaction bring the damaged record back.
 Only closed ledgers are moved; damage in an open ledger's last fragment waits until it is closed.
-Moves that cannot be made are reported: no_target (no bookie outside the ensemble), no_good_copy
+Moves that cannot be made are reported: no_target (no bookie the placement allows), no_good_copy
 (no copy verifies anywhere: the writer's bytes, or replicas that disagree), busy (another repairer
-holds the lock), failed (a bookie did not answer: try again).
+holds the lock), refused (this scanner cannot do it: a bookie advertises TLS or authentication, the
+cluster's clients must authenticate, zkEnableSecurity without a SASL session, or metadata format 1),
+failed (a bookie did not answer: try again).
 
 A DRY RUN by default: it checks that a verified copy of each damaged entry and a new bookie are
 there. --no-dry-run moves, and needs the live metadata (zk://...).
@@ -59,6 +66,7 @@ def register(subparsers) -> None:
                         help="give a bookie this long to answer one request (default: 10)")
     parser.add_argument("--state-dir", metavar="DIR", type=Path,
                         help="record every attempt in DIR/repairs.jsonl")
+    add_placement_options(parser)
     add_format_option(parser)
     parser.set_defaults(func=run)
 
@@ -69,8 +77,10 @@ def run(args) -> int:
     from scanner.commands.scan import check_narrowing
     from scanner.envelope import envelope, write_document
     from scanner.heal.journal import RepairJournal
+    from scanner.heal.transport import TransportRefused
     from scanner.metadata.store import MetadataUnavailable
     from scanner.metadata.zookeeper import ZooKeeperStore
+    from scanner.repair.placement.settings import PlacementSettingsError
     from scanner.repair.planner import damage_by_ledger
     from scanner.repair.rereplicate import Outcome, Rereplicator
     from scanner.scan.on_demand import scan_bookie
@@ -95,7 +105,13 @@ def run(args) -> int:
                 open_bookie(layout, work_dir=work_dir) as storage:
             check_narrowing(storage, store, args.ledger, None)
             findings = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger).findings
-        mover = Rereplicator(store, layout.bookie_id, bytes_per_second=args.copy_rate, timeout=args.timeout)
+        try:
+            mover = Rereplicator(store, layout.bookie_id, bytes_per_second=args.copy_rate, timeout=args.timeout,
+                                 conf=layout.conf, placement=placement_settings(args))
+        except TransportRefused as exc:
+            raise UsageError(exc.reason) from None
+        except PlacementSettingsError as exc:
+            raise UsageError(str(exc)) from None
         attempts = []  # (attempt, the damaged entries it was about)
         for ledger_id, damage in sorted(damage_by_ledger(findings).items()):
             entries = merge_ranges([r for f in damage for r in f.entries])

@@ -89,7 +89,7 @@ def run(args) -> int:
         if args.mark:
             from scanner.repair.after_scan import marks_for
 
-            marks_for(store)  # a usage error before a long scan, not after
+            marks_for(store, layout.conf)  # a usage error before a long scan, not after
         with tempfile.TemporaryDirectory(prefix="bookie-scanner-") as work_dir, \
                 open_bookie(layout, work_dir=work_dir) as storage:
             check_narrowing(storage, store, args.ledger, args.entry_log)
@@ -103,8 +103,8 @@ def run(args) -> int:
         if args.mark:
             from scanner.repair.after_scan import mark_damage
 
-            repair = mark_damage(store, layout.bookie_id, report.findings, state_dir=args.state_dir,
-                                 marks_per_second=args.marks_per_second or None)
+            repair = mark_damage(store, layout.bookie_id, report.findings, conf=layout.conf,
+                                 state_dir=args.state_dir, marks_per_second=args.marks_per_second or None)
     except MetadataUnavailable as exc:
         raise UsageError(f"metadata became unavailable during the scan: {exc}") from None
     except DbIndexError as exc:  # what is left once damage became findings: ledger dirs given out of order

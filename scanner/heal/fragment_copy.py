@@ -2,7 +2,7 @@
 
 For each entry the fragment places on the bookie being replaced, the copies on the other bookies
 of its write set are read and their digests checked against the ledger metadata; a copy that
-verifies (all that verify must agree) is sent to the new bookie as a recovery add with the ledger's
+verifies (all that verify must be the same entry: ``verdict``) is sent to the new bookie as a recovery add with the ledger's
 master key, as BookKeeper's LedgerFragmentReplicator does, then read back from it and compared
 byte for byte. The stored bytes are copied as they are (header, digest, payload), so the new copy is
 the writer's own. When no peer holds a verifying copy, the replaced bookie's own copy is used if
@@ -104,7 +104,7 @@ class FragmentCopier:
         """A verified copy of the entry, from the peers (or ``source`` when its copy is not damaged); else CopyFailed."""
         peers = [fragment.bookies[i] for i in fragment.write_set(entry_id) if i != index]
         copies = list(await asyncio.gather(*(self._read(p, ledger_id, entry_id, verifier) for p in peers)))
-        judgement = judge(copies)
+        judgement = judge(copies, verifier.digest_length)
         if judgement.good_copy is not None:
             return judgement.good_copy
         if judgement.verdict is not Verdict.DIVERGENT and not damaged_here:
@@ -124,6 +124,22 @@ class FragmentCopier:
         for start in range(0, len(entry_ids), WINDOW):
             await _all(self.good_copy(meta.ledger_id, e, fragment, index, source, True, verifier)
                        for e in entry_ids[start:start + WINDOW])
+
+    async def holding_ledger(self, bookie_ids: list[str], ledger_id: int, entry_id: int) -> set[str]:
+        """Which of ``bookie_ids`` hold the ledger: answer a read of it with anything but "no such ledger".
+
+        Asked of new bookies outside every ensemble of the ledger: one holding it there is over-replicated
+        in its own eyes, and its garbage collector may delete the ledger, copies we add included. A bookie
+        that does not answer is not counted here: the copy to it fails and the next one is tried.
+        """
+        async def holds(bookie_id: str) -> bool:
+            try:
+                reply = await self.pool.ask(bookie_id, lambda c: c.read_entry(ledger_id, entry_id))
+            except BookieUnreachable:
+                return False
+            return reply.code != ReturnCode.ENOLEDGER
+        answers = await asyncio.gather(*(holds(b) for b in bookie_ids))
+        return {b for b, held in zip(bookie_ids, answers) if held}
 
     async def _read(self, bookie_id: str, ledger_id: int, entry_id: int, verifier: DigestVerifier) -> PeerCopy:
         try:

@@ -1,12 +1,18 @@
 """Which kind of damage a bad local copy is, judged from the copies its peers hold. Pure.
 
-- local rot: a peer holds a copy whose digest verifies (and all verifying copies agree): copy it;
+- local rot: a peer holds a copy whose digest verifies (and all verifying copies are the same entry): copy it;
 - write-path damage: every peer answered, none holds a copy that verifies: the writer sent bad
   bytes, so there is nothing good to copy;
-- divergent replicas: two copies verify but differ: the cluster disagrees with itself; report
-  loudly, never pick one;
+- divergent replicas: two copies verify but are not the same entry: the cluster disagrees with
+  itself; report loudly, never pick one;
 - unresolved: no verifying copy could be read and not every peer answered (or none holds the entry):
   nothing can be decided now.
+
+Two verifying copies are the same entry when their ledger id, entry id, length and payload agree. Their
+last-add-confirmed fields, and so their digests, may differ: BookKeeper's re-replication re-adds each
+entry with the LAC its reader knows (``LedgerFragmentReplicator.recoverLedgerFragmentEntry`` packs it
+with ``lh.getLastAddConfirmed()``), and ledger recovery re-adds with its own, so any fragment a
+worker or ``shell recover`` ever moved holds copies whose stored bytes differ.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scanner.storage.entry import DigestVerifier, parse_header
+from scanner.storage.entry import HEADER, DigestVerifier, parse_header
 
 
 class Verdict(str, enum.Enum):
@@ -63,15 +69,23 @@ def judge_copy(ledger_id: int, entry_id: int, data: bytes, verifier: DigestVerif
     return CopyState.VERIFIES if verifier.verify(memoryview(data)) else CopyState.BAD
 
 
-def judge(copies: Sequence[PeerCopy]) -> Judgement:
-    """The verdict on one damaged entry from what its peers hold."""
-    good = {c.data for c in copies if c.state is CopyState.VERIFIES}
-    holders = sorted(c.bookie_id for c in copies if c.state is CopyState.VERIFIES)
-    if len(good) > 1:
+def same_entry_key(data: bytes, digest_length: int) -> tuple:
+    """What makes two verifying copies the same entry: ledger id, entry id, length and payload (not LAC or digest)."""
+    header = parse_header(data)
+    return header.ledger_id, header.entry_id, header.length, bytes(data[HEADER.size + digest_length:])
+
+
+def judge(copies: Sequence[PeerCopy], digest_length: int) -> Judgement:
+    """The verdict on one damaged entry from what its peers hold (``digest_length`` of the ledger's digest type)."""
+    verifying = sorted((c for c in copies if c.state is CopyState.VERIFIES), key=lambda c: c.bookie_id)
+    entries = {same_entry_key(c.data, digest_length) for c in verifying}
+    holders = [c.bookie_id for c in verifying]
+    if len(entries) > 1:
         return Judgement(Verdict.DIVERGENT, None,
-                         f"{len(good)} different copies verify (on {', '.join(holders)}): the replicas disagree")
-    if good:
-        return Judgement(Verdict.LOCAL_ROT, next(iter(good)), f"a verifying copy is on {', '.join(holders)}")
+                         f"{len(entries)} different entries verify (on {', '.join(holders)}): their lengths or "
+                         "payloads differ, the replicas disagree")
+    if verifying:
+        return Judgement(Verdict.LOCAL_ROT, verifying[0].data, f"a verifying copy is on {', '.join(holders)}")
     silent = sorted(c.bookie_id for c in copies if c.state is CopyState.NO_ANSWER)
     bad = sorted(c.bookie_id for c in copies if c.state is CopyState.BAD)
     if silent:

@@ -99,14 +99,6 @@ def recovery_add_request(entry: bytes, master_key: bytes) -> bytes:
     return _ADD_PREFIX.pack(length, packet_header(Operation.ADD_ENTRY, Flag.RECOVERY_ADD)) + master_key + entry
 
 
-def parse_address(bookie_id: str) -> tuple[str, int]:
-    """Host and port of a bookie id of the usual ``host:port`` form (``[v6]:port`` too); ValueError otherwise."""
-    host, sep, port = bookie_id.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"bookie id {bookie_id!r} is not HOST:PORT; only such ids can be reached directly")
-    return host.strip("[]"), int(port)
-
-
 class BookieConnection:
     """One TCP connection to a bookie; one request at a time (the v2 protocol has no request ids)."""
 
@@ -118,15 +110,14 @@ class BookieConnection:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, bookie_id: str, timeout: float = 10.0) -> "BookieConnection":
-        try:
-            host, port = parse_address(bookie_id)
-        except ValueError as exc:
-            raise BookieUnreachable(str(exc)) from None
+    async def open(cls, bookie_id: str, address: tuple[str, int], timeout: float = 10.0) -> "BookieConnection":
+        """A connection to ``bookie_id`` at ``address`` (host, port: where its registration says it is)."""
+        host, port = address
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
         except (OSError, asyncio.TimeoutError) as exc:
-            raise BookieUnreachable(f"cannot connect to bookie {bookie_id}: {exc or 'timed out'}") from None
+            raise BookieUnreachable(f"cannot connect to bookie {bookie_id} at {host}:{port}: "
+                                    f"{exc or 'timed out'}") from None
         return cls(bookie_id, reader, writer, timeout)
 
     async def close(self) -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 HEADER_PREFIX = b"BookieMetadataFormatVersion\t"
 MAX_VERSION_DIGITS = 10
 SUPPORTED_VERSIONS = (1, 2, 3)
+REWRITABLE_VERSIONS = (2, 3)  # replace_ensemble_member keeps a format it rewrites; V1 text is only read
 MAX_LEDGER_ID = 2**63 - 1
 _V1_CLOSED_TAG = "CLOSED"
 _V1_IN_RECOVERY_ENTRY_ID = -102
@@ -365,6 +366,22 @@ def _v1_number(text: str, what: str, line_no: int, where: str, bounds: tuple[int
     return int(text)
 
 
+def move_refusal(meta: LedgerMetadata) -> str | None:
+    """Why a fragment of this ledger cannot be moved by this scanner whatever its copies; None when it can.
+
+    Format 1 (text, BookKeeper 4.1 and older) names no digest type or password: no copy can be verified,
+    and its metadata is not rewritten here. Format 2 written by those versions can lack them too.
+    """
+    if meta.format_version not in REWRITABLE_VERSIONS:
+        return (f"ledger {meta.ledger_id} has metadata format {meta.format_version} (text, BookKeeper 4.1 or "
+                "older): it names no digest type or password, so no copy can be verified, and this scanner does "
+                "not rewrite that format: not moved")
+    if meta.digest_type is None:
+        return (f"ledger {meta.ledger_id}'s metadata (format {meta.format_version}) has no digest type and password "
+                "(a ledger of BookKeeper 4.1 or older): no copy can be verified")
+    return None
+
+
 def replace_ensemble_member(data: bytes, first_entry_id: int, old: str, new: str, *, source: str) -> bytes:
     """The znode bytes ``data`` with ``old`` replaced by ``new`` in the ensemble starting at ``first_entry_id``.
 
@@ -393,7 +410,8 @@ def replace_ensemble_member(data: bytes, first_entry_id: int, old: str, new: str
         except (UnicodeDecodeError, text_format.ParseError) as exc:
             raise MetadataFormatError(f"{source}: V2 text after offset {offset} does not parse: {exc}") from None
     else:
-        raise MetadataFormatError(f"{source}: metadata format version {version} is not rewritten (V2 and V3 are)")
+        raise MetadataFormatError(f"{source}: metadata format version {version} is not rewritten "
+                                  f"(only {' and '.join(f'V{v}' for v in REWRITABLE_VERSIONS)} are)")
     segment = next((s for s in msg.segment if s.firstEntryId == first_entry_id), None)
     if segment is None:
         raise MetadataFormatError(f"{source}: no ensemble starts at entry {first_entry_id}")

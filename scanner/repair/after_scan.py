@@ -2,33 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from scanner.checks.findings import Finding
 from scanner.cli import UsageError
+from scanner.heal.transport import TransportRefused
 from scanner.repair.filer import DEFAULT_MARKS_PER_SECOND, MarkFiler
 from scanner.repair.marks import UnderreplicationMarks
 from scanner.repair.planner import damage_by_ledger, plan_repairs
+from scanner.repair.zk_acls import zk_acls
 
 
-def marks_for(store) -> UnderreplicationMarks:
-    """The marks of the cluster ``store`` reads; only a live ZooKeeper store can be marked."""
+def marks_for(store, conf: Mapping[str, str] | None = None) -> UnderreplicationMarks:
+    """The marks of the cluster ``store`` reads; only a live ZooKeeper store can be marked.
+
+    Marks are created with the ACLs a bookie's ``conf`` asks for (``zkEnableSecurity``); without one (the cluster
+    audit) with BookKeeper's default, open.
+    """
     from scanner.metadata.zookeeper import ZooKeeperStore
 
     if not isinstance(store, ZooKeeperStore):
         raise UsageError("--mark needs ZooKeeper metadata (zk://...): a metadata dump cannot be marked")
-    return UnderreplicationMarks(store.client, store.root)
+    try:
+        return UnderreplicationMarks(store.client, store.root, acl=zk_acls(conf or {}, store.client))
+    except TransportRefused as exc:
+        raise UsageError(f"--mark: {exc.reason}") from None
 
 
-def mark_damage(store, bookie_id: str, findings: list[Finding], *, state_dir: Path | None = None,
-                marks_per_second: float | None = DEFAULT_MARKS_PER_SECOND) -> dict:
+def mark_damage(store, bookie_id: str, findings: list[Finding], *, conf: Mapping[str, str],
+                state_dir: Path | None = None, marks_per_second: float | None = DEFAULT_MARKS_PER_SECOND) -> dict:
     """Plan against fresh metadata, file the marks, remember them for follow-up when ``state_dir`` is given.
 
     Returns the scan report's ``repair`` section.
     """
     from scanner.repair.followup import FollowUp
 
-    filer = MarkFiler(marks_for(store), bookie_id, marks_per_second)
+    filer = MarkFiler(marks_for(store, conf), bookie_id, marks_per_second)
     metadata = {ledger_id: store.ledger(ledger_id) for ledger_id in damage_by_ledger(findings)}
     plans = plan_repairs(findings, metadata, bookie_id)
     if state_dir is None:

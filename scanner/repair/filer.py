@@ -31,6 +31,7 @@ class FilingReport:
     deferred: list[LedgerPlan] = field(default_factory=list)
     disabled: list[int] = field(default_factory=list)  # would be marked, but auto-recovery is disabled
     failed: dict[int, str] = field(default_factory=dict)  # ledger id -> why ZooKeeper would not take it
+    created_zxids: dict[int, int] = field(default_factory=dict)  # the marks created: ours to delete once repaired
 
     @property
     def filed(self) -> list[int]:
@@ -76,7 +77,8 @@ class MarkFiler:
         for start in range(0, len(to_mark), self.batch):
             chunk = to_mark[start:start + self.batch]
             self.bucket.take(len(chunk))
-            for ledger_id, outcome in sorted(self.marks.mark_many(chunk, [self.bookie_id]).items()):
+            for ledger_id, outcome in sorted(self.marks.mark_many(chunk, [self.bookie_id],
+                                                                               report.created_zxids).items()):
                 if isinstance(outcome, MarkError):
                     log.error("could not mark ledger %d: %s", ledger_id, outcome)
                     report.failed[ledger_id] = str(outcome)

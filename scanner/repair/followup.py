@@ -62,11 +62,11 @@ REPORT_ROWS = 100  # rows of each kind the report shows
 def escalate_now(outcome: Outcome, failures: int) -> bool:
     """Whether a move that did not happen, the ``failures``-th in a row, is for the operator now.
 
-    No verified copy anywhere will not come by waiting: at once. No bookie to move to, or a move that
+    No verified copy anywhere, or a move this scanner refuses to make, will not come by waiting: at once. No bookie to move to, or a move that
     failed, is what a bookie restarting or a ZooKeeper election looks like for a while: only when it
     lasts (``ESCALATE_AFTER_FAILURES`` in a row), so a bookie's restart pages no one.
     """
-    return outcome is Outcome.NO_GOOD_COPY or failures >= ESCALATE_AFTER_FAILURES
+    return outcome in (Outcome.NO_GOOD_COPY, Outcome.REFUSED) or failures >= ESCALATE_AFTER_FAILURES
 
 
 UNREPAIRED = Counter("bookie_scanner_unrepaired_ledgers",
@@ -133,6 +133,7 @@ class TrackedMark:
     next_try_ms: int = 0  # no move before this
     events: tuple[Event, ...] = ()
     marks_cleared: int = 0  # times another repairer (a ReplicationWorker) cleared our mark with the damage in place
+    mark_zxid: int | None = None  # the creation zxid of the mark when this bookie created it (ours to delete)
 
     def to_json(self) -> dict:
         return {"ledger_id": self.ledger_id, "bookie_id": self.bookie_id,
@@ -141,7 +142,8 @@ class TrackedMark:
                 "reason": self.reason,
                 "escalation": None if self.escalation is None else self.escalation.to_json(),
                 "failures": self.failures, "next_try_ms": self.next_try_ms,
-                "events": [e.to_json() for e in self.events], "marks_cleared": self.marks_cleared}
+                "events": [e.to_json() for e in self.events], "marks_cleared": self.marks_cleared,
+                "mark_zxid": self.mark_zxid}
 
     @classmethod
     def from_json(cls, obj: dict) -> "TrackedMark":
@@ -150,7 +152,8 @@ class TrackedMark:
                    Category(obj["category"]), Stage(obj["stage"]), int(obj["since_ms"]), obj.get("marked_ms"),
                    obj.get("reason", ""), None if escalation is None else Escalation.from_json(escalation),
                    int(obj.get("failures", 0)), int(obj.get("next_try_ms", 0)),
-                   tuple(Event.from_json(e) for e in obj.get("events", ())), int(obj.get("marks_cleared", 0)))
+                   tuple(Event.from_json(e) for e in obj.get("events", ())), int(obj.get("marks_cleared", 0)),
+                   obj.get("mark_zxid"))
 
     def with_event(self, at_ms: int, what: str, detail: str = "") -> "TrackedMark":
         return replace(self, events=(self.events + (Event(at_ms, what, detail),))[-EVENTS_KEPT:])
@@ -254,7 +257,7 @@ class FollowUp:
             if plan.ledger_id in following:
                 continue
             if plan.ledger_id in filed:
-                self._track(plan, Stage.MARKED, now, now)
+                self._track(plan, Stage.MARKED, now, now, report.created_zxids.get(plan.ledger_id))
             elif plan.action is Action.DEFER or plan.ledger_id in report.disabled:
                 reason = plan.reason if plan.action is Action.DEFER else "auto-recovery disabled when found"
                 self._track(replace(plan, reason=reason), Stage.DEFERRED, now, None)
@@ -266,28 +269,31 @@ class FollowUp:
         record = self.tracked.get(ledger_id)
         return None if record is None else record.stage
 
-    def _track(self, plan: LedgerPlan, stage: Stage, now: int, marked_ms: int | None) -> None:
+    def _track(self, plan: LedgerPlan, stage: Stage, now: int, marked_ms: int | None,
+               mark_zxid: int | None = None) -> None:
         old = self.tracked.get(plan.ledger_id)
         if old is not None and old.stage is stage and old.entries == plan.entries:
             return
         if old is None:
             record = TrackedMark(plan.ledger_id, self.bookie_id, plan.entries, plan.categories[0], stage, now,
-                                 marked_ms, plan.reason)
+                                 marked_ms, plan.reason, mark_zxid=mark_zxid)
             record = record.with_event(now, "found", f"{', '.join(c.value for c in plan.categories)}: entries "
                                                      f"{_ranges_text(plan.entries)}")
         else:
-            record = replace(old, entries=plan.entries, stage=stage, marked_ms=marked_ms, reason=plan.reason)
+            record = replace(old, entries=plan.entries, stage=stage, marked_ms=marked_ms, reason=plan.reason,
+                             mark_zxid=mark_zxid if mark_zxid is not None else old.mark_zxid)
         self.tracked[plan.ledger_id] = record.with_event(now, stage.value, plan.reason if stage is Stage.DEFERRED
                                                          else "under-replication mark filed")
 
     # -- the cycle ----------------------------------------------------------------------------
 
     def run_cycle(self, store, reverify: Callable[[int], list[Finding]],
-                  stopping: Callable[[], bool] = lambda: False) -> CycleReport:
+                  stopping: Callable[[], bool] = lambda: False, may_move: bool = True) -> CycleReport:
         """Check every tracked ledger that is due once; state is saved after each change.
 
         ``store.ledger(id)`` gives fresh metadata (None: deleted); ``reverify(id)`` re-checks the
         ledger's copies on this bookie, digests included (``BookieScanner.scan_ledger(id, verify_digests=True)``).
+        Without ``may_move`` (the failed-disk breaker is open) nothing is moved: the marks stay for the workers.
         """
         report = CycleReport()
         # The longest due first: a cycle cut short by ``stopping`` leaves the others for the next.
@@ -296,7 +302,9 @@ class FollowUp:
                 break
             record = self.tracked[ledger_id]
             if self.rereplicator is not None:
-                if record.next_try_ms <= self._now_ms():
+                if not may_move:
+                    report.pending.append(ledger_id)
+                elif record.next_try_ms <= self._now_ms():
                     self._follow_move(record, store, reverify, report)
                 continue
             if record.stage in (Stage.MARKED, Stage.REMARKED) and self._mark_present(ledger_id):
@@ -344,15 +352,16 @@ class FollowUp:
                                   "the mark was cleared by another repairer (a ReplicationWorker's check)",
                                   marks_cleared=record.marks_cleared + 1)
         plan = self._current_damage(record, store, reverify, report)
-        if plan is None:  # ended: this bookie's copies need nothing more, so neither does its mark
-            self.marks.clear(ledger_id, self.bookie_id)
+        if plan is None:  # ended: this bookie's copies need nothing more: take back what its mark asked
+            if not self.rereplicator.release_mark(ledger_id, record.mark_zxid):
+                log.info("ledger %d: its mark is left as it is: another repairer holds the ledger's lock", ledger_id)
             return
         if plan.action is Action.DEFER:
             report.waiting.append(ledger_id)
             self._update(record, self._now_ms(), "deferred", plan.reason, entries=plan.entries,
                          stage=Stage.DEFERRED, reason=plan.reason, once=True)
             return
-        attempt = self.rereplicator.rereplicate(ledger_id, plan.entries)
+        attempt = self.rereplicator.rereplicate(ledger_id, plan.entries, mark_zxid=record.mark_zxid)
         self._settle(self.tracked[ledger_id], plan, attempt, report)
 
     def _settle(self, record: TrackedMark, plan: LedgerPlan, attempt: Attempt, report: CycleReport) -> None:
@@ -360,7 +369,8 @@ class FollowUp:
         if attempt.outcome not in (Outcome.BUSY, Outcome.DEFERRED):
             self.journal.append({**attempt.to_json(), "damaged_entries": [list(r) for r in plan.entries]})
         if attempt.remarked:
-            record = self._update(record, now, "marked", "marked again under the ledger's lock", marked_ms=now)
+            record = self._update(record, now, "marked", "marked again under the ledger's lock", marked_ms=now,
+                                  mark_zxid=attempt.mark_zxid)
         if attempt.outcome.final:
             if attempt.outcome is Outcome.MOVED:
                 MOVES.inc(len(attempt.moves))
@@ -407,7 +417,7 @@ class FollowUp:
             if self._mark(record, plan):
                 report.filed.append(ledger_id)
                 now = self._now_ms()
-                self._update(record, now, "marked", "under-replication mark filed", entries=plan.entries,
+                self._update(self.tracked[ledger_id], now, "marked", "under-replication mark filed", entries=plan.entries,
                              stage=Stage.MARKED, marked_ms=now, reason=plan.reason)
             else:
                 report.waiting.append(ledger_id)
@@ -423,7 +433,7 @@ class FollowUp:
             if self._mark(record, plan):
                 report.remarked.append(ledger_id)
                 now = self._now_ms()
-                self._update(record, now, "marked", "marked again", entries=plan.entries, stage=Stage.REMARKED,
+                self._update(self.tracked[ledger_id], now, "marked", "marked again", entries=plan.entries, stage=Stage.REMARKED,
                              marked_ms=now, reason="first mark cleared with the damage still there")
         elif record.stage is Stage.REMARKED:
             report.escalated.append(ledger_id)
@@ -437,6 +447,9 @@ class FollowUp:
         if filing.failed:
             log.error("ledger %d: could not mark: %s", record.ledger_id, filing.failed[record.ledger_id])
             return False
+        # Ours only when this filing created it: a mark it merged into is someone else's request.
+        self.tracked[record.ledger_id] = replace(self.tracked[record.ledger_id],
+                                                 mark_zxid=filing.created_zxids.get(record.ledger_id))
         return True
 
     # -- shared ---------------------------------------------------------------------------------

@@ -3,8 +3,15 @@
 A mark is the persistent znode ``<root>/underreplication/ledgers/<h1>/<h2>/<h3>/<h4>/urL<%010d id>``
 holding ``UnderreplicatedLedgerFormat`` in protobuf text: the bookies whose copies are bad, then the
 mark time in ms. Marking creates it (and its parents); if it exists this bookie is merged into its
-replica list with a versioned set. Once this bookie's damaged copies are out of the ledger's ensembles
-the bookie is taken off the mark again, as a ReplicationWorker does when it has repaired a ledger.
+replica list with a versioned set.
+
+A mark is a request, and not only ours: the Auditor's marks name lost bookies, its placement marks name
+none, and a worker removes a mark only after its check found every fragment of the ledger whole. So
+once this bookie's damaged copies are out of the ledger's ensembles, ``release`` takes back only what
+this bookie asked: it takes the bookie off the replica list, deletes the mark only when it was created
+by us (its znode's creation zxid is the one our create returned) and names nothing else, and leaves the
+mark untouched while the bookie is gone from the cluster yet still in the ledger's ensembles (the
+Auditor's request for the rest of a lost bookie's fragments).
 Locks (``underreplication/locks/*``) are read here for listing; ``ledger_lock`` takes them.
 """
 
@@ -151,19 +158,21 @@ class UnderreplicationMarks:
         """False while ``underreplication/disable`` exists (an operator paused auto-recovery)."""
         return self.client.exists(f"{underreplication_path(self.root)}/disable") is None
 
-    def mark(self, ledger_id: int, missing: Sequence[str]) -> MarkOutcome:
+    def mark(self, ledger_id: int, missing: Sequence[str], created_zxids: dict[int, int] | None = None) -> MarkOutcome:
         """Mark one ledger; see ``mark_many``. Raises its MarkError."""
-        outcome = self.mark_many([ledger_id], missing)[ledger_id]
+        outcome = self.mark_many([ledger_id], missing, created_zxids)[ledger_id]
         if isinstance(outcome, MarkError):
             raise outcome
         return outcome
 
-    def mark_many(self, ledger_ids: Iterable[int], missing: Sequence[str]) -> dict[int, MarkOutcome | MarkError]:
+    def mark_many(self, ledger_ids: Iterable[int], missing: Sequence[str],
+                  created_zxids: dict[int, int] | None = None) -> dict[int, MarkOutcome | MarkError]:
         """Mark every ledger as missing the ``missing`` bookies, requests pipelined round by round.
 
         Each ledger follows the Auditor's steps: create with persistent parents; on NodeExists read,
         merge, and set with the version read; BadVersion reads again, NoNode creates again. A ledger
         that fails gets its MarkError (a DamagedMark is never overwritten); the others go on.
+        ``created_zxids`` receives the creation zxid of each mark this call created (what ``release`` needs).
         """
         missing = tuple(missing)
         creating = list(dict.fromkeys(ledger_ids))
@@ -172,23 +181,26 @@ class UnderreplicationMarks:
         for _ in range(MAX_ATTEMPTS):
             if not creating and not reading:
                 break
-            exists = self._create_round(creating, missing, outcomes)
+            exists = self._create_round(creating, missing, outcomes, created_zxids)
             creating, reading = self._merge_round(reading + exists, missing, outcomes)
         for ledger_id in creating + reading:
             outcomes[ledger_id] = MarkingFailed(
                 f"{mark_path(self.root, ledger_id)}: still contended after {MAX_ATTEMPTS} attempts")
         return outcomes
 
-    def _create_round(self, ledger_ids: list[int], missing: tuple[str, ...], outcomes: dict) -> list[int]:
+    def _create_round(self, ledger_ids: list[int], missing: tuple[str, ...], outcomes: dict,
+                      created_zxids: dict[int, int] | None) -> list[int]:
         data = encode_mark(MarkData(missing, self._now_ms() if self.store_ctime else None))
         pending = [(ledger_id, self.client.create_async(mark_path(self.root, ledger_id), data, acl=self.acl,
-                                                        makepath=True))
+                                                        makepath=True, include_data=True))
                    for ledger_id in ledger_ids]
         exists = []
         for ledger_id, result in pending:
             try:
-                result.get()
+                _, stat = result.get()
                 outcomes[ledger_id] = MarkOutcome.CREATED
+                if created_zxids is not None:
+                    created_zxids[ledger_id] = stat.czxid
             except NodeExistsError:
                 exists.append(ledger_id)
             except Exception as exc:  # kazoo raises a class per ZooKeeper error code
@@ -239,15 +251,21 @@ class UnderreplicationMarks:
             return None
         return decode_mark(raw, path)
 
-    def clear(self, ledger_id: int, bookie_id: str) -> bool:
-        """Take ``bookie_id`` off the ledger's mark once its copies no longer need re-replication.
+    def release(self, ledger_id: int, bookie_id: str, *, created_zxid: int | None, bookie_lost: bool) -> bool:
+        """Take back this bookie's request on the ledger's mark once its copies need no re-replication.
 
-        As a ReplicationWorker does when it has repaired a ledger: a mark naming only this bookie is
-        deleted (with the version read, so a mark renewed meanwhile stays), then its empty hex
-        levels; a mark naming others too keeps them. Returns True when the mark no longer names the
-        bookie (or is gone). Call it holding the ledger's lock (``LedgerLock``).
+        ``created_zxid``: the creation zxid of the mark when we created it (else None); ``bookie_lost``:
+        the bookie is not registered yet still in the ledger's ensembles, so the mark's request for its
+        other fragments stands and nothing is changed. Otherwise the bookie is taken off the replica list;
+        a mark we created that names no one else is deleted with the version read (a mark renewed
+        meanwhile stays), then its empty hex levels; anyone else's mark stays, with what else it names
+        (nothing, for a placement mark: a worker still checks the whole ledger before removing it).
+        Returns True when the mark no longer asks anything of this bookie (or is gone). Call it
+        holding the ledger's lock (``LedgerLock``).
         """
         path = mark_path(self.root, ledger_id)
+        if bookie_lost:
+            return False
         for _ in range(MAX_ATTEMPTS):
             try:
                 raw, stat = self.client.get(path)
@@ -258,7 +276,7 @@ class UnderreplicationMarks:
                 return True
             rest = tuple(r for r in data.replicas if r != bookie_id)
             try:
-                if rest:
+                if rest or stat.czxid != created_zxid:
                     self.client.set(path, encode_mark(MarkData(rest, data.ctime)), stat.version)
                 else:
                     self.client.delete(path, stat.version)

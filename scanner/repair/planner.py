@@ -10,7 +10,6 @@ append to would move it away from the writer's ensemble and can lose entries the
 from __future__ import annotations
 
 import enum
-import hashlib
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -95,15 +94,6 @@ def damaged_fragments(meta: LedgerMetadata, bookie_id: str, damaged: EntryRanges
         if any(span is not None and _holds_any(fragment, index, *span) for span in spans):
             found.append(fragment)
     return found
-
-
-def replacement_order(ledger_id: int, fragment: Fragment, writable: Iterable[str]) -> list[str]:
-    """The writable bookies outside ``fragment``'s ensemble, in the order to try them as its new member.
-
-    The order is a hash of ledger, fragment and bookie: stable across retries, spread across bookies.
-    """
-    outside = [b for b in writable if b not in fragment.bookies]
-    return sorted(outside, key=lambda b: hashlib.sha1(f"{ledger_id}:{fragment.first_entry_id}:{b}".encode()).digest())
 
 
 def _clip(fragment: Fragment, first: int, last: int) -> tuple[int, int] | None:
