@@ -78,10 +78,9 @@ class AgentCollector:
                        "stage", marks["tracked"])
         yield single(CounterMetricFamily, "marks_filed", "Under-replication marks filed since start", marks["filed"])
         yield single(GaugeMetricFamily, "period_seconds", "Configured length of one full pass", health["period_seconds"])
-        breaker = (health.get("repair") or {}).get("breaker")
-        if breaker is not None:
-            yield single(GaugeMetricFamily, "repair_breaker_tripped",
-                         "1 while moves are stopped because this bookie's disk looks failed", int(breaker["tripped"]))
+        breaker = (health.get("repair") or {}).get("breaker") or {}
+        yield single(GaugeMetricFamily, "repair_breaker_tripped",
+                     "1 while moves are stopped because this bookie's disk looks failed", int(bool(breaker.get("tripped"))))
         for counter in (MOVES, ESCALATIONS, UNREPAIRED, BREAKER_TRIPS):
             yield _with_bookie(counter, bookie)
         yield from _scanner_metrics(health["scanners"], bookie)
