@@ -133,7 +133,8 @@ class LiveBookie:
 
     @property
     def bookie_id(self) -> str:
-        return self.cluster.custom_ids.get(self.number, f"127.0.0.1:{self.port}")
+        host = f"127.0.0.{self.number}" if self.cluster.distinct_addresses else "127.0.0.1"
+        return self.cluster.custom_ids.get(self.number, f"{host}:{self.port}")
 
     @property
     def storage(self) -> str:
@@ -221,14 +222,16 @@ class LiveCluster:
     """ZooKeeper and three bookies of the livebk kit under ``run_dir`` (see the module doc)."""
 
     def __init__(self, run_dir: Path, kit: Path = LIVEBK, bookie_count: int = BOOKIE_COUNT,
-                 custom_ids: dict[int, str] | None = None):
-        """``custom_ids``: bookie number -> its custom ``bookieId`` (registered under it; its address only there)."""
+                 custom_ids: dict[int, str] | None = None, distinct_addresses: bool = False):
+        """``custom_ids``: bookie number -> its custom ``bookieId`` (registered under it; its address only there);
+        ``distinct_addresses``: bookie N advertises 127.0.0.N (its id 127.0.0.N:PORT), so racks can tell them apart."""
         if not 3 <= bookie_count <= 6:
             raise ValueError(f"the kit runs 3 to 6 bookies, not {bookie_count}")
         self.run_dir = Path(run_dir)
         self.kit = Path(kit)
         self.bookie_count = bookie_count
         self.custom_ids = dict(custom_ids or {})
+        self.distinct_addresses = distinct_addresses
         self._zookeeper: subprocess.Popen | None = None  # set once this process started ZooKeeper again
         self.zk_port: int | None = None
         self.bookies: list[LiveBookie] = []
@@ -258,7 +261,8 @@ class LiveCluster:
                 started = subprocess.run(
                     [str(self.kit / "start.sh"), str(self.run_dir), str(self.zk_port), *map(str, ports)],
                     stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
-                    env={**os.environ, **{f"LIVEBK_BOOKIE_ID_{n}": name for n, name in self.custom_ids.items()}})
+                    env={**os.environ, **{f"LIVEBK_BOOKIE_ID_{n}": name for n, name in self.custom_ids.items()},
+                         **({"LIVEBK_DISTINCT_ADDRESSES": "1"} if self.distinct_addresses else {})})
             except subprocess.TimeoutExpired:
                 self.stop()
                 failures.append(f"start.sh took more than {timeout:.0f} s")

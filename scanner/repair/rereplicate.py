@@ -14,8 +14,9 @@ readable corrupt copy passes its check. So the scanner does it itself, the same 
    (deleted ledger, or a bookie no longer in them: nothing to do); a ledger's open last fragment
    waits until the ledger is closed;
 3. make sure the ledger's mark names this bookie (so a crash leaves it marked for a worker);
-4. per fragment, pick a writable bookie outside its ensemble (not one that failed an earlier try, not
-   one holding the ledger outside its ensembles: its garbage collector may be deleting that ledger)
+4. per fragment, pick a writable bookie outside its ensemble as the placement policy would (one that
+   failed an earlier try, or that holds the ledger outside its ensembles and whose garbage collector
+   will delete it, only after every other)
    and copy this bookie's share to it, every copy verified (``scanner.heal.fragment_copy``);
 5. replace this bookie by the new one in that fragment's ensemble: one ZooKeeper ``multi`` of a check
    that the lock is still ours and a compare-and-set on the ledger znode's version; someone who
@@ -36,7 +37,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
@@ -340,22 +341,27 @@ class Rereplicator:
             ordered = replacement_candidates(meta, fragment, self.bookie_id, writable, self.placement)
         except NoTarget as exc:
             raise _Stop(Outcome.NO_TARGET, exc.reason) from None
+        # Bookies that failed a try of this ledger go after the others, and bookies that already hold the ledger
+        # outside its ensembles (a failed try's partial copies, a fragment moved away earlier) after those: such
+        # a bookie's garbage collector deletes the ledger in time. It does so only under the ledger's lock, after
+        # reading the metadata again, and skips a locked ledger (ScanAndCompareGarbageCollector
+        # .removeOverReplicatedledgers), so while we hold the lock and once its ensemble names the bookie the
+        # ledger stays; still, a move goes where nothing is to be deleted whenever the placement allows one.
         failed_before = self._failed_targets.get(meta.ledger_id, set())
-        ordered.sort(key=lambda b: b in failed_before)  # stable: the placement order among the rest
         in_ensembles = {b for f in meta.fragments() for b in f.bookies}
         probe = next(iter(fragment.entries_of(fragment.bookie_index(self.bookie_id))))
-        targets, holders = [], set()
+        holders: set[str] = set()
         # Asked a few at a time, best first: a cluster of hundreds of bookies is not asked whole.
         for start in range(0, len(ordered), 2 * TARGETS_TRIED):
-            batch = ordered[start:start + 2 * TARGETS_TRIED]
-            holders |= self._run(lambda copier: copier.holding_ledger(
-                [b for b in batch if b not in in_ensembles], meta.ledger_id, probe))
-            targets += [b for b in batch if b not in holders]
-            if len(targets) >= TARGETS_TRIED:
+            batch = [b for b in ordered[start:start + 2 * TARGETS_TRIED] if b not in in_ensembles]
+            holders |= self._run(lambda copier: copier.holding_ledger(batch, meta.ledger_id, probe))
+            if sum(1 for b in ordered[:start + 2 * TARGETS_TRIED] if b not in holders | failed_before) >= TARGETS_TRIED:
                 break
-        if not targets:
-            raise _Stop(Outcome.NO_TARGET, _held_elsewhere(fragment, holders))
-        return targets
+        if holders:
+            log.info("ledger %d: %s already hold the ledger outside its ensembles: tried last", meta.ledger_id,
+                     ", ".join(sorted(holders)))
+        # stable: the placement order within each group
+        return sorted(ordered, key=lambda b: (b in holders, b in failed_before))
 
     def _host_of(self, bookie_id: str) -> str | None:
         """The host a bookie's registration names (its racks are looked up by it, as BookKeeper's clients do)."""
@@ -413,9 +419,3 @@ class Rereplicator:
 
     def _path(self, ledger_id: int) -> str:
         return ledger_path(self.store.manager, self.store.root, ledger_id)
-
-
-def _held_elsewhere(fragment: Fragment, holders: Collection[str]) -> str:
-    return (f"every bookie the placement allows for entries {fragment.first_entry_id}-{fragment.last_entry_id} already "
-            f"holds the ledger outside its ensembles ({', '.join(sorted(holders))}: their garbage collectors may "
-            "delete it): wait for their GC, or add a bookie")

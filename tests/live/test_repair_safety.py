@@ -6,7 +6,7 @@ every entry with the LAC it knows), the same entries all the same. Damage on ano
 ledger is then local rot with two good peers, not "replicas that disagree": the move must happen, and
 BookKeeper's own client must read every entry in order from every bookie of the new ensemble. The bookie
 ``shell recover`` moved the fragment away from still holds the ledger outside its ensembles (its garbage
-collector will delete it): it is never the move's target.
+collector will delete it): with another bookie to go to, it is not the move's target.
 
 A bookie whose process dies while its agent moves a damaged fragment: the Auditor marks every ledger
 of the dead bookie, and no mark may go while the dead bookie still holds a fragment of its ledger,
@@ -62,7 +62,7 @@ def test_a_fragment_recovered_by_bookkeeper_is_moved_when_another_copy_rots(tmp_
         assert status == 0 and attempt["outcome"] == "moved", attempt
         (move,) = attempt["moves"]
         assert move["from"] == bookie2.bookie_id
-        assert move["to"] not in ensemble and move["to"] != recovered  # the one still holding the ledger: never
+        assert move["to"] not in ensemble and move["to"] != recovered  # the one still holding the ledger: last
 
         with open_metadata(cluster.metadata_uri) as store:
             now = store.ledger(ledger.ledger_id).segments[0][1]
