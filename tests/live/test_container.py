@@ -153,8 +153,8 @@ def test_the_container_beside_a_live_bookie_finds_a_flipped_byte_and_marks_its_l
                                f"no whole pass after the damage: {_logs(podman, name)}")
             assert damaged["findings"].get("corrupt_entry") == 1, damaged["findings"]
             ledger = next(iter(injected.ledgers["payload"]))
-            marks = _marked_ledgers(cluster)
-            assert ledger in marks, (ledger, marks)
+            wait_for(lambda: ledger in _marked_ledgers(cluster), 60,
+                     f"ledger {ledger} not marked under-replicated: {_logs(podman, name)}")
             healthcheck = podman("healthcheck", "run", name, check=False)
             assert healthcheck.returncode == 0, healthcheck.stdout + healthcheck.stderr
             written = podman("exec", name, "touch", str(bookie.home / "written-by-the-scanner"), check=False)
