@@ -3,11 +3,11 @@
 The image is built once per run from ``container/Containerfile`` on a Debian base made here (no registry is
 needed: ``mmdebstrap`` makes a minimal bookworm, ``podman import`` names it ``localhost/...``, and it stays in
 podman's store for the next run). The container runs with the host's network, as a sidecar shares its pod's,
-the bookie's dirs mounted read-only and the bookie's settings given as a Pulsar bookie container gets them
-(``PULSAR_PREFIX_<key>``), its state on a volume of its own. A first pass over the running bookie finds
-nothing; the bookie is stopped, an entry's payload flipped, and the container's next pass finds it: on its
-/health through the port, as an under-replication mark in ZooKeeper, and its health check passes. The
-bookie's files are the same before and after the container read them.
+the bookie's dirs mounted read-only, the bookie's settings given as a Pulsar bookie container gets them
+(``PULSAR_PREFIX_<key>``), its state on a volume of its own and its root file system read-only. A first pass
+over the running bookie finds nothing; the bookie is stopped, an entry's payload flipped, and the container's
+next pass finds it: on its /health through the port, as an under-replication mark in ZooKeeper, and its health
+check passes. The bookie's files are the same before and after the container read them.
 
 podman runs as root with runc, cgroupfs and a file events log, ulimits within the shell's hard limits, from a
 containers.conf of the test's own. The test skips only where no engine can run a container.
@@ -137,7 +137,8 @@ def test_the_container_beside_a_live_bookie_finds_a_flipped_byte_and_marks_its_l
                        "BOOKIE_SCANNER_THROTTLE_DISK_BACKOFF": "false",
                        "BOOKIE_SCANNER_REPAIR_MARK": "true",
                        "BOOKIE_SCANNER_REPAIR_REREPLICATE": "false"}
-        podman("run", "--detach", "--name", name, "--pull=never", "--network", "host",
+        # a read-only root, as a pod's readOnlyRootFilesystem makes it (podman puts a tmpfs on /tmp)
+        podman("run", "--detach", "--name", name, "--pull=never", "--network", "host", "--read-only",
                "-v", f"{bookie.home}:{bookie.home}:ro", "-v", f"{state}:/var/lib/bookie-scanner",
                *(f"--env={key}={value}" for key, value in environment.items()), image)
         try:
