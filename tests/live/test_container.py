@@ -99,7 +99,20 @@ def image(podman) -> str:
     podman("build", "--format", "docker", "--pull=never", "--network", "host", "--build-arg", f"BASE={BASE}", *ca,
            "-f", str(REPO / "container" / "Containerfile"), "-t", IMAGE, str(REPO), timeout=1200)
     print(f"image built in {time.monotonic() - started:.0f} s")
+    _forget_older_builds(podman)
     return IMAGE
+
+
+def _forget_older_builds(podman: Podman) -> None:
+    """Earlier builds' images and build stages, now untagged (the newest build stage is the next build's cache):
+    a machine that runs the tests again and again keeps one of each."""
+    listed = podman("images", "--filter", "dangling=true", "--format",
+                    '{{.CreatedAt}}\t{{.ID}}\t{{index .Labels "org.opencontainers.image.title"}}').stdout
+    rows = sorted((line.split("\t") for line in listed.splitlines() if line.count("\t") == 2), reverse=True)
+    build_stages = [image for _, image, title in rows if title == "bookie-scanner-build"]
+    older = build_stages[1:] + [image for _, image, title in rows if title == "bookie-scanner"]
+    if older:
+        podman("rmi", *older, check=False)  # not --force: an image a container still runs stays
 
 
 def test_the_image_is_small_runs_as_its_own_user_and_has_no_compiler_and_no_jvm(podman, image):
