@@ -334,7 +334,8 @@ class Agent:
             log.error("reload refused, keeping the running config: %s", exc)
             return
         unchanged = ("bookie_conf", "bookie_home", "bookie_environment", "ledger_dirs", "bookie_id", "metadata_uri",
-                     "state_dir", "listen_host", "listen_port", "mark", "rereplicate", "copy_bytes_per_second", "start_jitter_seconds")
+                     "state_dir", "listen_host", "listen_port", "mark", "rereplicate", "copy_bytes_per_second",
+                     "start_jitter_seconds")
         for name in unchanged:
             if getattr(config, name) != getattr(self.config, name):
                 log.warning("reload: %s changed; it takes effect at the next restart", name)
