@@ -80,10 +80,12 @@ def podman(tmp_path_factory) -> Podman:
         pytest.skip(f"no container engine can run here: podman info: {info.stderr.strip()[-500:]}")
     if engine("image", "exists", BASE, check=False).returncode != 0:
         rootfs = conf.parent / "rootfs.tar"
+        started = time.monotonic()
         made = subprocess.run([*MMDEBSTRAP, str(rootfs)], capture_output=True, text=True, timeout=900)
         assert made.returncode == 0, made.stderr[-3000:]
         engine("import", str(rootfs), BASE, timeout=300)
         rootfs.unlink()
+        print(f"base image made in {time.monotonic() - started:.0f} s")
     runs = engine("run", "--rm", "--pull=never", "--network", "host", BASE, "true", check=False)
     if runs.returncode != 0:
         pytest.skip(f"no container engine can run here: podman run: {runs.stderr.strip()[-500:]}")
