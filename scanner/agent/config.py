@@ -17,6 +17,7 @@ from pathlib import Path
 
 from scanner.repair.blast_radius import BlastRadius
 from scanner.repair.placement.settings import PLACEMENTS, PlacementSettings
+from scanner.storage.layout import BookieLayout, discover_layout
 from scanner.units import parse_quantity
 from throttle import AllowedWindows, BackoffPolicy
 
@@ -47,7 +48,7 @@ class ThrottleConfig:
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
     source: Path
-    bookie_conf: Path
+    bookie_conf: Path | None
     ledger_dirs: tuple[Path, ...] | None
     bookie_id: str | None
     log_files: tuple[Path, ...]
@@ -70,10 +71,18 @@ class AgentConfig:
     copy_bytes_per_second: float | None = 20_000_000.0
     blast_radius: BlastRadius = BlastRadius()
     placement: PlacementSettings = PlacementSettings()
+    bookie_home: Path | None = None  # relative ledger/index dirs are the bookie's working dir's (Pulsar: /pulsar)
+    # a Pulsar bookie container's environment, which makes the bookie's settings (over bookie_conf, if any)
+    bookie_environment: Mapping[str, str] | None = None
+
+    def bookie_layout(self) -> BookieLayout:
+        """The bookie's layout as this config names it; LayoutError says what is wrong."""
+        return discover_layout(self.bookie_conf, ledger_dirs=self.ledger_dirs, bookie_id=self.bookie_id,
+                               home=self.bookie_home, environment=self.bookie_environment)
 
 
 _KNOWN = {
-    "bookie": {"conf", "ledger_dirs", "bookie_id", "log_files"},
+    "bookie": {"conf", "conf_from_env", "home", "ledger_dirs", "bookie_id", "log_files"},
     "metadata": {"uri"},
     "agent": {"state_dir", "listen", "checkpoint_seconds", "period_days", "period_jitter", "start_jitter_minutes",
               "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit"},
@@ -186,15 +195,20 @@ def load_config(path: Path, environ: Mapping[str, str] = os.environ) -> AgentCon
     bookie, metadata, agent, throttle, repair = (
         _Table(path, n, {**raw.get(n, {}), **overrides.get(n, {})}, frozenset(overrides.get(n, {}))) for n in _KNOWN)
     conf = bookie.text("conf")
-    if conf is None:
-        raise ConfigError(f"{path}: [bookie] conf is required: the bookie's bk_server.conf")
+    conf_from_env = bookie.flag("conf_from_env", False)
+    if conf is None and not conf_from_env:
+        raise ConfigError(f"{path}: [bookie] conf is required: the bookie's bk_server.conf (or conf_from_env = true "
+                          "in a Pulsar bookie's pod, with the bookie container's environment)")
+    home = bookie.text("home")
     state_dir = agent.text("state_dir")
     if state_dir is None:
         raise ConfigError(f"{path}: [agent] state_dir is required: where the agent keeps its cursors and queues")
     host, port = _listen(agent)
     return AgentConfig(
         source=path,
-        bookie_conf=bookie.relative(Path(conf)),
+        bookie_conf=None if conf is None else bookie.relative(Path(conf)),
+        bookie_home=None if home is None else bookie.relative(Path(home)),
+        bookie_environment=dict(environ) if conf_from_env else None,
         ledger_dirs=bookie.paths("ledger_dirs"),
         bookie_id=bookie.text("bookie_id"),
         log_files=bookie.paths("log_files") or (),

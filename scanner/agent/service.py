@@ -41,7 +41,7 @@ from scanner.scan.targeted import BookieScanner
 from scanner.scan.native import walker_in_use
 from scanner.statefile import write_problem
 from scanner.storage.bookie import open_bookie
-from scanner.storage.layout import LayoutError, discover_layout
+from scanner.storage.layout import LayoutError
 from throttle import DiskLoad
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class Agent:
         self._stop_signal: int | None = None
         self._reload = threading.Event()
         try:
-            self.layout = discover_layout(config.bookie_conf, ledger_dirs=config.ledger_dirs, bookie_id=config.bookie_id)
+            self.layout = config.bookie_layout()
         except LayoutError as exc:
             raise StartupError(str(exc)) from None
         self.metadata_uri = config.metadata_uri or metadata_uri_from_conf(self.layout.conf)
@@ -393,8 +393,9 @@ class Agent:
         except ValueError as exc:
             log.error("reload refused, keeping the running config: %s", exc)
             return
-        unchanged = ("bookie_conf", "ledger_dirs", "bookie_id", "metadata_uri", "state_dir", "listen_host",
-                     "listen_port", "mark", "rereplicate", "copy_bytes_per_second", "start_jitter_seconds")
+        unchanged = ("bookie_conf", "bookie_home", "bookie_environment", "ledger_dirs", "bookie_id", "metadata_uri",
+                     "state_dir", "listen_host", "listen_port", "mark", "rereplicate", "copy_bytes_per_second",
+                     "start_jitter_seconds")
         for name in unchanged:
             if getattr(config, name) != getattr(self.config, name):
                 log.warning("reload: %s changed; it takes effect at the next restart", name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from scanner.cli import UsageError
@@ -13,6 +14,10 @@ def add_bookie_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--bookie-conf", metavar="FILE", type=Path,
                        help="the bookie's bk_server.conf: ledger/index dirs, storage class, bookie id and "
                             "metadata service are taken from it")
+    group.add_argument("--bookie-conf-from-env", action="store_true",
+                       help="in a Pulsar bookie's pod, with the bookie container's environment: the bookie's settings "
+                            "are what Pulsar's image makes of it (PULSAR_PREFIX_<key>, and <key> of the conf), over "
+                            "--bookie-conf (the image's conf/bookkeeper.conf) or else Pulsar's defaults")
     group.add_argument("--ledger-dirs", metavar="DIR[,DIR]",
                        help="ledger directories (override ledgerDirectories), in the bookie's configured order")
     group.add_argument("--index-dirs", metavar="DIR[,DIR]", help="index directories (override indexDirectories)")
@@ -42,11 +47,13 @@ def bookie_layout(args):
     """The bookie's layout from --bookie-conf and the overrides; a UsageError says what to fix."""
     from scanner.storage.layout import LayoutError, discover_layout
 
-    if args.bookie_conf is None and args.ledger_dirs is None:
-        raise UsageError("say which bookie: --bookie-conf FILE (its bk_server.conf) or --ledger-dirs DIR[,DIR]")
+    if args.bookie_conf is None and args.ledger_dirs is None and not args.bookie_conf_from_env:
+        raise UsageError("say which bookie: --bookie-conf FILE (its bk_server.conf), --bookie-conf-from-env "
+                         "(in a Pulsar bookie's pod) or --ledger-dirs DIR[,DIR]")
     try:
         return discover_layout(args.bookie_conf, ledger_dirs=_dirs(args.ledger_dirs), index_dirs=_dirs(args.index_dirs),
-                               storage=args.storage, bookie_id=args.bookie_id, home=args.bookie_home)
+                               storage=args.storage, bookie_id=args.bookie_id, home=args.bookie_home,
+                               environment=os.environ if args.bookie_conf_from_env else None)
     except LayoutError as exc:
         raise UsageError(str(exc)) from None
 

@@ -46,10 +46,10 @@ def writable_state_dir(config) -> None:
     Checked before anything is created there.
     """
     from scanner.agent import statedir
-    from scanner.storage.layout import LayoutError, discover_layout
+    from scanner.storage.layout import LayoutError
 
     try:
-        layout = discover_layout(config.bookie_conf, ledger_dirs=config.ledger_dirs, bookie_id=config.bookie_id)
+        layout = config.bookie_layout()
         statedir.make_ready(config.state_dir, layout)
     except (LayoutError, statedir.StateDirError) as exc:
         raise UsageError(str(exc)) from None

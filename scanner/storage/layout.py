@@ -22,6 +22,8 @@ from types import MappingProxyType
 
 from google.protobuf import text_encoding
 
+from scanner.storage.pulsar_env import PULSAR_DEFAULTS, apply_environment
+
 STORAGE_TYPES = ("interleaved", "sorted", "db")
 _STORAGE_CLASSES = {
     "org.apache.bookkeeper.bookie.InterleavedLedgerStorage": "interleaved",
@@ -32,6 +34,7 @@ DEFAULT_STORAGE_CLASS = "org.apache.bookkeeper.bookie.SortedLedgerStorage"
 DEFAULT_LEDGER_DIR = "/tmp/bk-data"  # BookKeeper's ledgerDirectories when the config sets none
 DEFAULT_BOOKIE_PORT = 3181
 COOKIE_FILE = "VERSION"
+PULSAR_ENV_NAMES = "the environment (PULSAR_PREFIX_*, bookie keys)"
 _TRUE = {"true", "on", "yes", "y", "t"}
 _FALSE = {"false", "off", "no", "n", "f"}
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "b": "\b"}
@@ -81,14 +84,21 @@ def discover_layout(
     storage: str | None = None,
     bookie_id: str | None = None,
     home: Path | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> BookieLayout:
     """The layout from ``bk_server.conf`` and the ledger dirs' cookies; overrides replace what the conf says.
 
     Override the dirs when the bookie's files are not at the paths its config names (a copy, a mount).
     Without a config (``conf_path`` None) the ledger dirs must be given; the storage type is then
     what the dirs hold unless given. Relative dirs are resolved against ``home`` (default: the working dir).
+    With ``environment`` (a Pulsar bookie container's), the conf is what Pulsar's image makes of ``conf_path``
+    (without one, of Pulsar's defaults) and that environment: see ``scanner.storage.pulsar_env``.
     """
-    if conf_path is None:
+    if environment is not None:
+        text = PULSAR_DEFAULTS if conf_path is None else _read_text(Path(conf_path))
+        conf = parse_properties(apply_environment(text, environment))
+        source = Path(f"{conf_path or 'Pulsar defaults'} with {PULSAR_ENV_NAMES}")
+    elif conf_path is None:
         if ledger_dirs is None:
             raise LayoutError("without a bookie config, the ledger dirs must be given")
         conf, source = {}, Path("--ledger-dirs")
@@ -100,7 +110,7 @@ def discover_layout(
     ledgers, indexes = _absolute(written_ledgers, base), _absolute(written_indexes, base)
     if storage is not None:
         effective_storage = storage
-    elif conf_path is None:
+    elif conf_path is None and environment is None:
         effective_storage = "db" if any(_holds_rocksdb(d) for d in indexes) else "interleaved"
     else:
         effective_storage = storage_type(conf, source)
@@ -127,8 +137,12 @@ def discover_layout(
 
 
 def _read_conf(conf_path: Path) -> dict[str, str]:
+    return parse_properties(_read_text(conf_path))
+
+
+def _read_text(conf_path: Path) -> str:
     try:
-        return parse_properties(conf_path.read_text(encoding="utf-8"))
+        return conf_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise LayoutError(f"{conf_path}: cannot read the bookie config: {getattr(error, 'strerror', None) or error}"
                           ) from error
