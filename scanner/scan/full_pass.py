@@ -65,6 +65,9 @@ METADATA_BATCH = 500  # ledgers whose metadata is read in one pipelined round
 # loaded machine).
 SETTLE_SECONDS = 15.0
 BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metadata is read
+# How long a DirectEntryLogger log's ledgers map, announced by its header but not (yet) as the walk saw, is read
+# again before it is reported: the map's own write comes right after the header's.
+MAP_WRITE_WAIT = 5.0
 _ENTRY_ID = struct.Struct(">8xq")  # a stored entry starts with its ledgerId, then its entryId
 _DIGEST_TYPES = {0: None, **{digest_type.value: digest_type for digest_type in DigestType}}  # by lean number
 
@@ -442,10 +445,14 @@ class BookiePass:
         """The log's file-level damage found since the last settling; a cut record only once the walk has ended
         (the torn tail of the log being written, or damage)."""
         entry_log = state.entry_log
+        before_map = len(entry_log.problems)
         map_problems = []
         if final and state.whole and entry_log.valid_end is not None:
-            map_problems = self._ledgers_map_problems(state)  # reading the map may add to problems
-        problems = entry_log.problems[state.judged:]
+            map_problems = self._ledgers_map_problems(state)
+            map_problems[:0] = entry_log.problems[before_map:]  # what reading the map found
+            if map_problems and self._map_written_since(state):
+                map_problems = []
+        problems = entry_log.problems[state.judged:before_map]
         state.judged = len(entry_log.problems)
         state.held.extend(p for p in problems if isinstance(p, (TruncatedRecord, ZeroedHeader)))
         problems = [p for p in problems if not isinstance(p, (TruncatedRecord, ZeroedHeader))]
@@ -477,8 +484,27 @@ class BookiePass:
             return any(entry_log_id in log_ids and _same_file(fresh, ledger_id, log_file)
                        for ledger_id, log_ids in located)
 
+    def _map_written_since(self, state: _LogWalk) -> bool:
+        """Whether the ledgers map of a DirectEntryLogger log, which did not read or did not agree with the walk, does
+        within ``MAP_WRITE_WAIT`` seconds, read again. That logger writes the header, with the map's offset, before
+        the map: ``LogMetadata.write`` queues the header block's write, then flushes the buffer holding the map."""
+        if not state.entry_log.header.direct:
+            return False  # DefaultEntryLogger flushes the map before it writes its offset into the header
+        deadline = time.monotonic() + MAP_WRITE_WAIT
+        while True:
+            try:
+                with EntryLog(state.entry_log.path, state.entry_log.entry_log_id) as again:
+                    if again.ledgers_map() == state.walk.stats.ledger_bytes:
+                        return True
+            except EntryLogError:
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(MAP_WRITE_WAIT / 20)
+
     def _ledgers_map_problems(self, state: _LogWalk) -> list[EntryLogError]:
-        """The map BookKeeper's garbage collector trusts, against what the walk of the whole log saw."""
+        """The map BookKeeper's garbage collector trusts, against what the walk of the whole log saw (what does not
+        read goes to the log's problems)."""
         entry_log = state.entry_log
         listed = entry_log.ledgers_map()
         if listed is None:

@@ -32,6 +32,9 @@ SECONDS = int(os.environ.get("LIVE_SECONDS", "90"))
 NOT_DAMAGE = {"orphan_ledger"}
 LOG_SIZE = 8 << 20  # bookie3's logSizeLimit here (see the module doc)
 SCANS_AFTER = 8  # scans after the writer, with the bookie stopped, and after its restart (each)
+# A clean stop finalizes every log (ledgers map, then the header); on a loaded host it can take longer than the
+# helper's default wait before SIGKILL, which could leave a log killed half-way through that.
+STOP_SECONDS = 120
 
 
 def _set(conf: Path, **settings) -> None:
@@ -96,7 +99,7 @@ def test_a_direct_entry_logger_bookie_scanned_during_and_after_writes_and_a_rest
             zero_seen |= _zero_logs(ledger_dir)
             scans["written"].append(_scan(capsys, bookie))
 
-        bookie.stop()
+        bookie.stop(timeout=STOP_SECONDS)
         # A stop between a new log's creation and its header's write leaves the log all zeros, at its full size.
         newest = max(int(path.stem, 16) for path in ledger_dir.glob("*.log"))
         left = ledger_dir / f"{newest + 1:x}.log"
@@ -113,7 +116,7 @@ def test_a_direct_entry_logger_bookie_scanned_during_and_after_writes_and_a_rest
         for _ in range(SCANS_AFTER):
             scans["restarted"].append(_scan(capsys, bookie))
 
-        bookie.stop()
+        bookie.stop(timeout=STOP_SECONDS)
         sealed = _sealed_indexed_log(bookie)
         with open(sealed, "r+b") as f:
             f.write(bytes(DIRECT_BLOCK_SIZE))  # the whole header block DirectEntryLogger writes at once
