@@ -5,10 +5,13 @@ is still reported.
 The livebk kit's bookie3 writes its entry logs with BookKeeper 4.16.7's DirectEntryLogger (``LIVEBK_DIRECT_IO_3``).
 That logger creates each log at its full size, zero-filled, and writes the log's header a moment later: a scan can
 meet the newest log as all zeros, and a bookie stopped in between leaves it so (here the stop leaves one in place,
-as such a stop does); the bookie's garbage collector deletes it at its next start. With the kit's 1 MiB logs
-bookie3 stalls for good in 4.16.7 once a burst of rolled logs waits for the logger's flush thread (each rolled
-log keeps one of its eight write buffers until finalized, and a new log's header needs one more): it then leaves
-its newest log all zeros and acknowledges nothing, and the writer fails. Logs of 8 MiB keep it clear of that.
+as such a stop does); the bookie's garbage collector deletes it at its next start. When it finishes a log, it
+writes the header, with the ledgers map's offset, just before the map: a scan can find zeros there for a moment.
+
+With the kit's 1 MiB logs, bookie3 stalls for good in 4.16.7 once a burst of rolled logs waits for the logger's
+flush thread (each rolled log keeps one of its eight write buffers until finalized, and a new log's header needs
+one more): it then leaves its newest log all zeros and acknowledges nothing, and the writer fails. Logs of 8 MiB
+keep it clear of that.
 
 Set ``LIVE_SECONDS`` (default 90) to run the writer longer.
 """
