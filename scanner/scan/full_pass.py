@@ -477,12 +477,15 @@ class BookiePass:
         if self.runs is not None:
             candidates = sorted({ledger_id for window in self.runs.windows(entry_log_id)
                                  for ledger_id in window.ledger_ids})
-            if not candidates:
-                return False
-        with self.reopen() as fresh:
-            located = _logs_of(fresh, candidates) if candidates else _logs_of_every_ledger(fresh)
-            return any(entry_log_id in log_ids and _same_file(fresh, ledger_id, log_file)
-                       for ledger_id, log_ids in located)
+        if candidates != []:
+            with self.reopen() as fresh:
+                located = _logs_of_every_ledger(fresh) if candidates is None else _logs_of(fresh, candidates)
+                if any(entry_log_id in log_ids and _same_file(fresh, ledger_id, log_file)
+                       for ledger_id, log_ids in located):
+                    return True
+        log.info("entry log %d reads as zeros and the index does not point into it: created, not written yet",
+                 entry_log_id)
+        return False
 
     def _map_written_since(self, state: _LogWalk) -> bool:
         """Whether the ledgers map of a DirectEntryLogger log, which did not read or did not agree with the walk, does
@@ -495,6 +498,8 @@ class BookiePass:
             try:
                 with EntryLog(state.entry_log.path, state.entry_log.entry_log_id) as again:
                     if again.ledgers_map() == state.walk.stats.ledger_bytes:
+                        log.info("entry log %d: its ledgers map, read again, is written now and agrees with its "
+                                 "records", state.entry_log.entry_log_id)
                         return True
             except EntryLogError:
                 return False
