@@ -173,18 +173,19 @@ class LiveBookie:
     def running(self) -> bool:
         return self.pid is not None
 
-    def stop(self) -> None:
-        """End the bookie's JVM (SIGTERM: a clean shutdown, as ``kill`` in the kit's README)."""
+    def stop(self, timeout: float = 20.0) -> None:
+        """End the bookie's JVM (SIGTERM: a clean shutdown, as ``kill`` in the kit's README); SIGKILL if it still
+        runs after ``timeout`` seconds."""
         if self._process is not None:
             self._process.terminate()
             try:
-                self._process.wait(timeout=20)
+                self._process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
             self._process = None
         elif (pid := self.pid) is not None:
-            _end_process(pid)
+            _end_process(pid, timeout)
         self._pid_file.unlink(missing_ok=True)
 
     def start(self, timeout: float = 60.0) -> None:

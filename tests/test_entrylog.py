@@ -24,6 +24,7 @@ from scanner.storage.entrylog import (
     UnexpectedPadding,
     UnexpectedZeroFill,
     WrongEntry,
+    ZeroedHeader,
 )
 
 BLOCK = 4096
@@ -180,6 +181,29 @@ def test_wrong_fingerprint_is_a_bad_header_and_nothing_is_walked(write):
     problem = only(problems, BadHeader)
     assert found == []
     assert path in str(problem) and "offset 0" in str(problem) and "BKLO" in str(problem)
+
+
+def test_a_preallocated_log_of_zeros_is_a_zeroed_header_and_nothing_is_walked(write):
+    # DirectEntryLogger's new log before its header block is written: its full size, every byte zero.
+    found, problems, log = walk(write(bytes(16 * BLOCK)))
+    problem = only(problems, ZeroedHeader)
+    assert found == [] and log.header is None and problem.offset == 0
+    assert "fingerprint b'\\x00\\x00\\x00\\x00', expected b'BKLO': the header is all zeros" in str(problem)
+
+
+def test_zeros_where_only_the_fingerprint_should_be_are_a_bad_header_not_a_zeroed_one(write):
+    # Nothing BookKeeper writes leaves a zero fingerprint beside other header bytes.
+    _, problems, _ = walk(write(bytes(4) + header()[4:] + b"".join(RECORDS)))
+    assert type(only(problems, BadHeader)) is BadHeader
+
+
+def test_a_zeroed_header_is_read_again_as_the_file_is_now(write):
+    path = write(bytes(16 * BLOCK))
+    with EntryLog(path, 0) as log:
+        assert log.header_zeroed()
+        with open(path, "r+b") as f:  # the writer's queued header block lands
+            f.write(direct_log([], with_map=False)[:BLOCK])
+        assert not log.header_zeroed()
 
 
 def test_unknown_header_version_is_reported_but_records_are_still_read(write):

@@ -52,7 +52,8 @@ from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size
 from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entry import DIGEST_LENGTH, DigestType, DigestVerifier
 from scanner.storage.entrylog import (LENGTH_PREFIX, PACE_INTERVAL, EntryLog, EntryLogError, MissingEntryLog,
-                                     TruncatedRecord)
+                                     TruncatedRecord, ZeroedHeader)
+from scanner.storage.indexfile import IndexFileError
 from scanner.storage.journal import pending_entries
 from scanner.storage.location import EntryLocation
 
@@ -64,6 +65,9 @@ METADATA_BATCH = 500  # ledgers whose metadata is read in one pipelined round
 # loaded machine).
 SETTLE_SECONDS = 15.0
 BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metadata is read
+# How long a DirectEntryLogger log's ledgers map, announced by its header but not (yet) as the walk saw, is read
+# again before it is reported: the map's own write comes right after the header's.
+MAP_WRITE_WAIT = 5.0
 _ENTRY_ID = struct.Struct(">8xq")  # a stored entry starts with its ledgerId, then its entryId
 _DIGEST_TYPES = {0: None, **{digest_type.value: digest_type for digest_type in DigestType}}  # by lean number
 
@@ -100,7 +104,8 @@ class _LogWalk:
     faults: dict[int, list[RecordFault]] = field(default_factory=lambda: defaultdict(list))
     drained: int = 0  # index faults of the walk already among ``faults``
     judged: int = 0  # problems of the log already judged
-    held: list[EntryLogError] = field(default_factory=list)  # cut records: judged when the walk has ended
+    # cut records and a header of zeros: judged when the walk has ended, on the file read again
+    held: list[EntryLogError] = field(default_factory=list)
 
 
 class BookiePass:
@@ -392,7 +397,8 @@ class BookiePass:
         problems = self._file_problems(state, final, cut_where_index_expects_more=bool(lost_here) and cut)
         if problems:
             active = not lost_here and self.storage.is_active_log(state.log_file, entry_log.header_has_map)
-            found += judge_entry_log(entry_log_id, problems, active)
+            found += judge_entry_log(entry_log_id, problems, active,
+                                     lambda: bool(lost_here) or self._indexed_into(state.log_file))
         return found
 
     def _add_cut_short(self, state: _LogWalk) -> None:
@@ -439,17 +445,22 @@ class BookiePass:
         """The log's file-level damage found since the last settling; a cut record only once the walk has ended
         (the torn tail of the log being written, or damage)."""
         entry_log = state.entry_log
+        before_map = len(entry_log.problems)
         map_problems = []
         if final and state.whole and entry_log.valid_end is not None:
-            map_problems = self._ledgers_map_problems(state)  # reading the map may add to problems
-        problems = entry_log.problems[state.judged:]
+            map_problems = self._ledgers_map_problems(state)
+            map_problems[:0] = entry_log.problems[before_map:]  # what reading the map found
+            if map_problems and self._map_written_since(state):
+                map_problems = []
+        problems = entry_log.problems[state.judged:before_map]
         state.judged = len(entry_log.problems)
-        state.held.extend(p for p in problems if isinstance(p, TruncatedRecord))
-        problems = [p for p in problems if not isinstance(p, TruncatedRecord)]
+        state.held.extend(p for p in problems if isinstance(p, (TruncatedRecord, ZeroedHeader)))
+        problems = [p for p in problems if not isinstance(p, (TruncatedRecord, ZeroedHeader))]
         if not final:
             return problems
-        # A cut record is judged on a fresh look at the file: the writer may have completed it as the log rotated.
-        problems += [cut for cut in state.held if entry_log.still_cut(cut)] + map_problems
+        # Judged on a fresh look at the file: the writer may have completed a cut record as the log rotated, or
+        # written the header of a log it had just created.
+        problems += [p for p in state.held if _still_there(entry_log, p)] + map_problems
         if cut_where_index_expects_more and not problems:
             problems.append(EntryLogError(
                 entry_log.path, entry_log.entry_log_id, entry_log.valid_end,
@@ -457,8 +468,48 @@ class BookiePass:
                 "its data was cut there"))
         return problems
 
+    def _indexed_into(self, log_file: EntryLogFile) -> bool:
+        """Whether the bookie's index, read now, locates an entry in ``log_file``: an entry of the ledgers the pass's
+        index located there (none: False), or, with no index read (chosen logs), of any ledger. A ledger whose index
+        does not read is left out: its own check reports that."""
+        entry_log_id = log_file.entry_log_id
+        candidates = None
+        if self.runs is not None:
+            candidates = sorted({ledger_id for window in self.runs.windows(entry_log_id)
+                                 for ledger_id in window.ledger_ids})
+        if candidates != []:
+            with self.reopen() as fresh:
+                located = _logs_of_every_ledger(fresh) if candidates is None else _logs_of(fresh, candidates)
+                if any(entry_log_id in log_ids and _same_file(fresh, ledger_id, log_file)
+                       for ledger_id, log_ids in located):
+                    return True
+        log.info("entry log %d reads as zeros and the index does not point into it: created, not written yet",
+                 entry_log_id)
+        return False
+
+    def _map_written_since(self, state: _LogWalk) -> bool:
+        """Whether the ledgers map of a DirectEntryLogger log, which did not read or did not agree with the walk, does
+        within ``MAP_WRITE_WAIT`` seconds, read again. That logger writes the header, with the map's offset, before
+        the map: ``LogMetadata.write`` queues the header block's write, then flushes the buffer holding the map."""
+        if not state.entry_log.header.direct:
+            return False  # DefaultEntryLogger flushes the map before it writes its offset into the header
+        deadline = time.monotonic() + MAP_WRITE_WAIT
+        while True:
+            try:
+                with EntryLog(state.entry_log.path, state.entry_log.entry_log_id) as again:
+                    if again.ledgers_map() == state.walk.stats.ledger_bytes:
+                        log.info("entry log %d: its ledgers map, read again, is written now and agrees with its "
+                                 "records", state.entry_log.entry_log_id)
+                        return True
+            except EntryLogError:
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(MAP_WRITE_WAIT / 20)
+
     def _ledgers_map_problems(self, state: _LogWalk) -> list[EntryLogError]:
-        """The map BookKeeper's garbage collector trusts, against what the walk of the whole log saw."""
+        """The map BookKeeper's garbage collector trusts, against what the walk of the whole log saw (what does not
+        read goes to the log's problems)."""
         entry_log = state.entry_log
         listed = entry_log.ledgers_map()
         if listed is None:
@@ -652,6 +703,41 @@ class BookiePass:
         if ledger_id not in self.undecodable:
             log.warning("ledger %d not judged: %s", ledger_id, error)
             self.undecodable.add(ledger_id)
+
+
+def _still_there(entry_log: EntryLog, problem: EntryLogError) -> bool:
+    """Whether a problem held until the walk's end is there in the file read again now."""
+    if isinstance(problem, ZeroedHeader):
+        return entry_log.header_zeroed()
+    return entry_log.still_cut(problem)
+
+
+def _logs_of(storage: BookieStorage, ledger_ids: list[int]) -> Iterator[tuple[int, set[int]]]:
+    """(ledger id, the entry logs its index locates entries in) of each of ``ledger_ids`` whose index reads."""
+    for ledger_id in ledger_ids:
+        try:
+            yield ledger_id, {location.entry_log_id for _, location in storage.locations(ledger_id)}
+        except (IndexFileError, DbIndexError, OSError, ValueError):
+            continue
+
+
+def _logs_of_every_ledger(storage: BookieStorage) -> Iterator[tuple[int, set[int]]]:
+    """(ledger id, the entry logs its index locates entries in) of every ledger of the index, as far as it reads."""
+    try:
+        for ledger_id, entry_ids, raw_locations in storage.indexed_ledgers():
+            if entry_ids is not None:
+                yield ledger_id, {raw >> 32 for raw in raw_locations}
+    except DbIndexError as error:
+        log.warning("%s", error)
+
+
+def _same_file(storage: BookieStorage, ledger_id: int, log_file: EntryLogFile) -> bool:
+    """Whether the ledger's locations into entry log ``log_file.entry_log_id`` name that file (DbLedgerStorage's
+    ledger dirs each number their logs)."""
+    try:
+        return storage.entry_log_path(ledger_id, log_file.entry_log_id) == log_file.path
+    except MissingEntryLog:
+        return False
 
 
 def _log_gone(storage: BookieStorage, ledger_id: int, entry_log_id: int) -> bool:

@@ -83,6 +83,13 @@ class BadHeader(EntryLogError):
     """The first 20 bytes are not an entry log header (fingerprint or version)."""
 
 
+class ZeroedHeader(BadHeader):
+    """The header reads as zeros (its 1024 bytes, or the whole file if shorter): a log created and not yet written,
+    or a header lost. DirectEntryLogger creates a log at its full size, zero-filled, and writes the header block
+    behind the call that created it; BookKeeper reads such a log as empty. Damage only if the index points into it
+    (see :mod:`scanner.checks.entry_log_check`)."""
+
+
 class BrokenLedgersMap(EntryLogError):
     """The ledgers map the header announces is missing, cut, malformed or does not add up."""
 
@@ -257,8 +264,11 @@ class EntryLog:
             return None  # preallocated or not yet flushed: nothing to judge
         fingerprint, version, map_offset, count = _HEADER.unpack(head)
         if fingerprint != FINGERPRINT:
-            self._report(BadHeader(self.path, self.entry_log_id, 0,
-                                   f"fingerprint {fingerprint!r}, expected {FINGERPRINT!r}"))
+            detail = f"fingerprint {fingerprint!r}, expected {FINGERPRINT!r}"
+            if self.header_zeroed():
+                self._report(ZeroedHeader(self.path, self.entry_log_id, 0, f"{detail}: the header is all zeros"))
+            else:
+                self._report(BadHeader(self.path, self.entry_log_id, 0, detail))
             return None
         if version not in (0, 1):
             self._report(BadHeader(self.path, self.entry_log_id, 4, f"header version {version}, expected 0 or 1"))
@@ -266,6 +276,12 @@ class EntryLog:
         direct = len(dummy) == _DUMMY.size and _DUMMY.unpack(dummy) == (DIRECT_DUMMY_LENGTH, INVALID_LEDGER_ID)
         data_start = DIRECT_BLOCK_SIZE if direct else LEGACY_HEADER_SIZE
         return EntryLogHeader(version, map_offset, count, direct, data_start)
+
+    def header_zeroed(self) -> bool:
+        """Whether the header's bytes (the first 1024, fewer in a shorter file) read as zeros, read now: the writer
+        may have written them since the file was opened."""
+        head = self._pread(0, LEGACY_HEADER_SIZE)
+        return len(head) >= _HEADER.size and not any(head)
 
     @property
     def header_has_map(self) -> bool:

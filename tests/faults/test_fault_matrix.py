@@ -19,7 +19,7 @@ from faults.inject import (append, copy_ledger_dir, index_file, move_location_ke
 from faults.matrix import (ENTRY_HEADER, LEDGERS_MAP_BATCH_HEADER, Fault, cases, check_fault, corrupt, cut_at_record,
                            cut_inside_record, damaged, expect, finished_log_damage, log_path, lost, missing_ledger,
                            nothing, storage_of, unreadable_index, victim_of_finished_log, zero_a_page)
-from faults.pristine import PAGE, Log, Pristine, Record, pristine
+from faults.pristine import PAGE, RECORDS_START, Log, Pristine, Record, pristine
 from scanner.cli import main
 
 _INT = struct.Struct(">i")
@@ -98,6 +98,29 @@ def log_header_version(model, copy):
     log = model.finished_log()
     xor_byte(log_path(copy, log), 7, 0x06)  # version 1 -> 7
     return expect(damaged(log, 4))
+
+
+def log_header_zeroed(model, copy):
+    # The header lost under the index: the records stay readable where the index points, but BookKeeper's garbage
+    # collector may take the log for empty (no ledgers map) and delete it with them.
+    log = model.finished_log()
+    overwrite(log_path(copy, log), 0, bytes(RECORDS_START))
+    return expect(damaged(log, 0), said=("the header is all zeros",))
+
+
+def log_zeroed_whole(model, copy):
+    # Every byte of a log the index points into zeroed: the header and every record the index locates there.
+    log = model.finished_log()
+    overwrite(log_path(copy, log), 0, bytes(log.size))
+    return expect(damaged(log, 0), lost(log, model.lost_from(log, 0)), said=("the header is all zeros",))
+
+
+def preallocated_log_of_zeros(model, copy):
+    newest = max(int(path.stem, 16) for path in (copy / "current").glob("*.log"))
+    (copy / "current" / f"{newest + 1:x}.log").write_bytes(bytes(1 << 20))
+    return nothing("DirectEntryLogger creates a log at its full size, zero-filled, and writes its header after; "
+                   "the index never points into a log before its header is written, and BookKeeper's garbage "
+                   "collector deletes such a log as empty")
 
 
 def log_header_unused_bytes(model, copy):
@@ -256,6 +279,9 @@ FAULTS = [
     Fault("log-header-fingerprint", log_header_fingerprint),
     Fault("log-header-version", log_header_version),
     Fault("log-header-unused-bytes", log_header_unused_bytes),
+    Fault("log-header-zeroed", log_header_zeroed),
+    Fault("log-zeroed-whole", log_zeroed_whole),
+    Fault("preallocated-log-of-zeros", preallocated_log_of_zeros),
     Fault("ledgers-map-item-ledger-id", ledgers_map_item_ledger_id, needs_finished_log=True),
     Fault("ledgers-map-item-size", ledgers_map_item_size, needs_finished_log=True),
     Fault("newest-log-cut-inside-a-record", newest_log_cut_inside_a_record),
