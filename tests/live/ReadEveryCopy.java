@@ -16,7 +16,6 @@ import org.apache.bookkeeper.client.api.LedgerMetadata;
 import org.apache.bookkeeper.common.util.OrderedExecutor;
 import org.apache.bookkeeper.conf.ClientConfiguration;
 import org.apache.bookkeeper.net.BookieId;
-import org.apache.bookkeeper.net.BookieSocketAddress;
 import org.apache.bookkeeper.proto.BookieClientImpl;
 import org.apache.bookkeeper.proto.BookieProtocol;
 import org.apache.bookkeeper.proto.checksum.DigestManager;
@@ -42,14 +41,18 @@ public class ReadEveryCopy {
         NioEventLoopGroup group = new NioEventLoopGroup(1);
         OrderedExecutor executor = OrderedExecutor.newBuilder().name("read-every-copy").numThreads(1).build();
         ScheduledExecutorService scheduler = Executors.newSingleThreadScheduledExecutor();
-        BookieClientImpl client = new BookieClientImpl(conf, group, ByteBufAllocator.DEFAULT, executor, scheduler,
-                NullStatsLogger.INSTANCE, BookieSocketAddress.LEGACY_BOOKIEID_RESOLVER);
         try (BookKeeper bk = new BookKeeper(conf)) {
-            for (int i = 1; i < args.length; i++) {
-                readLedger(bk, client, Long.parseLong(args[i]));
+            // Bookies reached through their registrations, as the client reaches them (custom bookie ids too).
+            BookieClientImpl client = new BookieClientImpl(conf, group, ByteBufAllocator.DEFAULT, executor, scheduler,
+                    NullStatsLogger.INSTANCE, bk.getBookieAddressResolver());
+            try {
+                for (int i = 1; i < args.length; i++) {
+                    readLedger(bk, client, Long.parseLong(args[i]));
+                }
+            } finally {
+                client.close();
             }
         } finally {
-            client.close();
             executor.shutdown();
             scheduler.shutdown();
             group.shutdownGracefully(0, 1, TimeUnit.SECONDS);
