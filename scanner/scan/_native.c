@@ -1553,12 +1553,13 @@ static void listing_fails(Listing *found, int error, const char *path, size_t le
     found->failed_length = length;
 }
 
-/* The listing itself, in `path` (holding `directory/`, `prefix` bytes, and room for two names more), with only system
- * calls and raw memory: it may run without the GIL. */
-static void list_into(Listing *found, char *path, size_t prefix, DirReader *outer, DirReader *inner) {
-    path[prefix - 1] = '\0';
+/* The listing itself, in `path` (holding the directory as given, `given` bytes and a NUL, and room for a `/` and two
+ * names more), with only system calls and raw memory: it may run without the GIL. */
+static void list_into(Listing *found, char *path, size_t given, DirReader *outer, DirReader *inner) {
     outer->fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), outer->length = outer->at = 0;
-    path[prefix - 1] = '/';
+    size_t prefix = given;
+    if (prefix == 0 || path[prefix - 1] != '/') /* os.path.join's way, as os.scandir's entries' paths are made */
+        path[prefix++] = '/';
     if (outer->fd < 0) {
         listing_fails(found, errno, path, found->failed_length);
         return;
@@ -1609,7 +1610,7 @@ static PyObject *native_list_index_files(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &encoded))
         return NULL;
     const char *directory = PyBytes_AS_STRING(encoded);
-    size_t given = (size_t)PyBytes_GET_SIZE(encoded), prefix = given;
+    size_t given = (size_t)PyBytes_GET_SIZE(encoded);
     PyObject *result = NULL;
     Listing found = {0};
     DirReader *outer = PyMem_RawMalloc(sizeof(DirReader)), *inner = PyMem_RawMalloc(sizeof(DirReader));
@@ -1620,12 +1621,10 @@ static PyObject *native_list_index_files(PyObject *m, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    memcpy(path, directory, prefix);
-    if (prefix == 0 || path[prefix - 1] != '/') /* os.path.join's way, as os.scandir's entries' paths are made */
-        path[prefix++] = '/';
+    memcpy(path, directory, given + 1);
     found.failed_length = given; /* a failure at the directory itself names it as given */
     Py_BEGIN_ALLOW_THREADS
-    list_into(&found, path, prefix, outer, inner);
+    list_into(&found, path, given, outer, inner);
     Py_END_ALLOW_THREADS
     if (found.error == ENOMEM && found.failed_length == 0) {
         PyErr_NoMemory();
