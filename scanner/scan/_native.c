@@ -1766,10 +1766,10 @@ static int64_t size_from_short_read(ssize_t got, size_t asked) {
 
 /* A file just opened: read, sifted into `out` and closed when all of it is cached and it is small enough (its slot
  * count), closed when it is too large for one read (IDX_LEAVE_TO_PYTHON), else its first read asked of the disk
- * ahead and left open (IDX_PENDING, with its flags). A cached file of one page of slots (most ledgers') costs one
+ * ahead and left open (IDX_PENDING, with its flags and size). A cached file of one page of slots (most ledgers') costs one
  * read: its size comes from the read (size_from_short_read), and a read that waited for nothing brought nothing in
  * (no count of blocks read is taken). */
-static Py_ssize_t read_at_open(int fd, uint8_t *buffer, Slots *out, int *flags) {
+static Py_ssize_t read_at_open(int fd, uint8_t *buffer, Slots *out, int *flags, int64_t *pending_size) {
     *flags = 0;
     ssize_t cached = read_cached(fd, buffer, IDX_ONE_PAGE_FILE + 1, 0);
     int64_t size = size_from_short_read(cached, IDX_ONE_PAGE_FILE + 1);
@@ -1796,18 +1796,16 @@ static Py_ssize_t read_at_open(int fd, uint8_t *buffer, Slots *out, int *flags) 
     long before = cached < 0 ? blocks_read() : -1;
     if (posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_WILLNEED) != 0 || cached >= 0 || brought_in(before))
         *flags |= IDX_FETCHED; /* (advice refused: the read fetches it, counted ours as nothing says otherwise) */
+    *pending_size = size;
     return IDX_PENDING;
 }
 
-/* A file left open by read_at_open read, checked and sifted into `out`, then its pages that were not cached dropped
- * and it closed. Returns how many slots it added, or IDX_LEAVE_TO_PYTHON (it added none). */
-static Py_ssize_t read_pending(int fd, int flags, uint8_t *buffer, Slots *out) {
+/* A file left open by read_at_open read (`size` bytes, as it was then: no second stat), checked and sifted into
+ * `out`, then its pages that were not cached dropped and it closed. Returns how many slots it added, or IDX_LEAVE_TO_PYTHON (it added none). */
+static Py_ssize_t read_pending(int fd, int flags, int64_t size, uint8_t *buffer, Slots *out) {
     Py_ssize_t result = IDX_LEAVE_TO_PYTHON;
     int64_t ours_end = flags & IDX_FETCHED ? IDX_FIRST_READ : 0, got = 0;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size > IDX_FIRST_READ)
-        goto done;
-    int64_t size = st.st_size, want = size > IDX_HEADER ? size : IDX_HEADER;
+    int64_t want = size > IDX_HEADER ? size : IDX_HEADER;
     long before = flags & IDX_FETCHED ? -1 : blocks_read(); /* (already all ours: nothing to count) */
     while (got < want) {
         ssize_t n = pread(fd, buffer + got, (size_t)(want - got), got);
@@ -1847,6 +1845,7 @@ typedef struct {
     Py_ssize_t n;
     Py_ssize_t *counts, *starts;
     int *fds, *flags;
+    int64_t *sizes; /* a pending file's size when it was opened */
     Slots slots;
     Py_buffer views[2];
     int viewing;
@@ -1871,6 +1870,7 @@ static void IndexWindow_dealloc(IndexWindow *self) {
     PyMem_Free(self->starts);
     PyMem_Free(self->fds);
     PyMem_Free(self->flags);
+    PyMem_Free(self->sizes);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1913,7 +1913,9 @@ static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
         window->starts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
         window->fds = PyMem_Calloc((size_t)n + 1, sizeof(int));
         window->flags = PyMem_Calloc((size_t)n + 1, sizeof(int));
+        window->sizes = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
         if (window->counts == NULL || window->starts == NULL || window->fds == NULL || window->flags == NULL ||
+            window->sizes == NULL ||
             buffer == NULL) {
             Py_CLEAR(window);
             PyErr_NoMemory();
@@ -1935,7 +1937,8 @@ static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
             int fd = open_read_only(PyBytes_AS_STRING(PyList_GET_ITEM(encoded, i)));
             window->starts[i] = (Py_ssize_t)window->slots.count;
             window->counts[i] = fd < 0 ? IDX_LEAVE_TO_PYTHON
-                                       : read_at_open(fd, buffer, &window->slots, &window->flags[i]);
+                                       : read_at_open(fd, buffer, &window->slots, &window->flags[i],
+                                                      &window->sizes[i]);
             window->fds[i] = window->counts[i] == IDX_PENDING ? fd : -1;
         }
         window->n = n;
@@ -1967,7 +1970,8 @@ static PyObject *native_read_index_files(PyObject *m, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++)
         if (window->counts[i] == IDX_PENDING) {
             window->starts[i] = (Py_ssize_t)window->slots.count;
-            window->counts[i] = read_pending(window->fds[i], window->flags[i], buffer, &window->slots);
+            window->counts[i] = read_pending(window->fds[i], window->flags[i], window->sizes[i], buffer,
+                                             &window->slots);
         }
     window->n = 0; /* every file closed */
     Py_END_ALLOW_THREADS
