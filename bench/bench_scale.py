@@ -5,6 +5,8 @@ DbLedgerStorage with its RocksDB indexes; one ledger dir; a clean metadata dump 
 
   10^4 ledgers in 10^2 entry logs, 10^5 in 10^3, 10^6 in 10^4      (--quick: the first only)
   100-byte entries (--entries-per-ledger each) and 64 KiB entries (one per ledger, or more, up to --size)
+  --order round-robin: every ledger written at once, entry by entry, into logs of 100 kB (10^5 ledgers
+  of 10 entries: 1,440 logs), so each log holds a little of very many ledgers (100-byte entries only)
 
 and runs the real command on each, as a child process (`scan --format json`): wall time, entries/s
 (the report's entries_verified), GB/s of entry logs, the child's peak RSS, and the ratio to `cat`
@@ -43,12 +45,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_digest import parse_size  # noqa: E402
 from measured_child import pinned_to, run_measured  # noqa: E402
-from scale_bookie import LEDGER_CURRENT, GeneratedBookie, Shape, generate, generated, is_generated  # noqa: E402
+from scale_bookie import LEDGER_CURRENT, ORDERS, GeneratedBookie, Shape, generate, generated, is_generated  # noqa: E402
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 SHAPES = ((10**4, 10**2), (10**5, 10**3), (10**6, 10**4))  # (ledgers, entry logs)
 ENTRY_SIZES = (100, 65536)
 STORAGES = ("interleaved", "db")
+ROUND_ROBIN_LOG_BYTES = 100_000  # a round-robin bookie's logs: small, as a bookie with many writers rolls them
 RECORD_OVERHEAD = 4 + 32 + 8  # length prefix, entry header, the longest common digest
 IDX_FILE_BYTES = 12 << 10  # header + one page, in 4 KiB blocks
 CAT_BATCH = 1000  # files per cat, well inside ARG_MAX
@@ -85,8 +88,12 @@ def shapes(args) -> list[Shape]:
             continue
         for entry_size in args.entry_size or ENTRY_SIZES:
             per_ledger = args.entries_per_ledger if entry_size < 4096 else max(1, args.size // (ledgers * entry_size))
+            if args.order == "round-robin":
+                if entry_size >= 4096:
+                    continue
+                logs = -(-ledgers * per_ledger * (entry_size + RECORD_OVERHEAD) // ROUND_ROBIN_LOG_BYTES)
             for storage in args.storage or STORAGES:
-                chosen.append(Shape(storage, ledgers, logs, entry_size, per_ledger))
+                chosen.append(Shape(storage, ledgers, logs, entry_size, per_ledger, args.order))
     return chosen
 
 
@@ -188,6 +195,8 @@ def main() -> None:
     parser.add_argument("--storage", choices=STORAGES, action="append", help="only this storage (repeatable)")
     parser.add_argument("--entry-size", type=int, choices=ENTRY_SIZES, action="append", help="only this payload size")
     parser.add_argument("--entries-per-ledger", type=int, default=10, help="100-byte entries of each ledger here")
+    parser.add_argument("--order", choices=ORDERS, default="groups",
+                        help="how the ledgers' entries interleave in the logs (round-robin: 100-byte entries only)")
     parser.add_argument("--size", type=parse_size, default=1 << 30,
                         help="bytes of 64 KiB entries per bookie (default 1G; at least one entry per ledger)")
     parser.add_argument("--dir", type=Path, help="where bookies are generated and cached (default: a temp dir)")

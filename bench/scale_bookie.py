@@ -10,9 +10,12 @@ never a real bookie):
   zk-dump.json                 the ZooKeeper tree under /ledgers, one znode per line
 
 Every ledger is CLOSED, ensemble 3 / write quorum 2 with this bookie in every ensemble, CRC32C
-digests except a few CRC32, MAC and DUMMY ledgers. Entries of a group of ledgers interleave in
-the logs as concurrent writers leave them, so a ledger spans neighbouring logs. The last log was
-current at shutdown: it has no ledgers map. The bookie is clean: a correct scan finds nothing.
+digests except a few CRC32, MAC and DUMMY ledgers. Entries interleave in the logs as concurrent
+writers leave them: in the "groups" order a group of ledgers at a time, so a ledger spans
+neighbouring logs; in the "round-robin" order every ledger at once (entry 0 of each, then entry 1
+of each, ...), so a ledger of n entries has one in each of n logs far apart, and every log holds
+a little of very many ledgers. The last log was current at shutdown: it has no ledgers map. The
+bookie is clean: a correct scan finds nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +63,7 @@ WRITE_BUFFER = 8 << 20
 DB_BATCH = 200_000
 COMPLETE_MARK = "generated"
 LEDGER_CURRENT = Path("bookie", "ledgers", "current")
+ORDERS = ("groups", "round-robin")
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,12 @@ class Shape:
     entry_logs: int
     entry_size: int  # payload bytes
     entries_per_ledger: int  # entries of each ledger stored on this bookie
+    order: str = "groups"  # one of ORDERS: how the ledgers' entries interleave in the logs
 
     @property
     def name(self) -> str:
-        return f"{self.storage}-L{self.ledgers}-N{self.entry_logs}-S{self.entry_size}-E{self.entries_per_ledger}"
+        name = f"{self.storage}-L{self.ledgers}-N{self.entry_logs}-S{self.entry_size}-E{self.entries_per_ledger}"
+        return name if self.order == "groups" else f"{name}-{self.order}"
 
     @property
     def entries(self) -> int:
@@ -112,7 +119,9 @@ def generate(shape: Shape, directory: Path) -> GeneratedBookie:
     (journal / "current").mkdir(parents=True)
     for cookie_dir in (current, journal / "current"):
         write_cookie(cookie_dir, BOOKIE, str(journal), [str(ledger_dir)])
-    index = _DbIndex(current) if shape.storage == "db" else _IdxIndex(current)
+    if shape.order not in ORDERS:
+        raise ValueError(f"order {shape.order!r}: one of {', '.join(ORDERS)}")
+    index = _DbIndex(current) if shape.storage == "db" else _IdxIndex(current, shape)
     try:
         _write_entry_logs(shape, current, index)
     finally:
@@ -150,33 +159,36 @@ def held_entries(ledger_id: int, count: int) -> list[int]:
     return list(itertools.islice(held, count))
 
 
-def _record_order(shape: Shape) -> Iterator[tuple[int, int, bool]]:
-    """(ledger id, entry id, the ledger's last here?) in write order: groups of concurrent ledgers,
-    each group spanning about two logs."""
+def _record_order(shape: Shape) -> Iterator[tuple[int, int, int]]:
+    """(ledger id, entry id, which of the ledger's entries here it is) in write order: groups of concurrent
+    ledgers, each group spanning about two logs, or all the ledgers at once (round-robin)."""
     ids = ledger_ids(shape.ledgers)
-    group = max(1, -(-2 * shape.ledgers // shape.entry_logs))
-    last = shape.entries_per_ledger - 1
+    group = len(ids) if shape.order == "round-robin" else max(1, -(-2 * shape.ledgers // shape.entry_logs))
+    held = [held_entries(index, shape.entries_per_ledger) for index in range(WRITE_QUORUM)]
     for start in range(0, len(ids), group):
         members = ids[start : start + group]
-        held = {ledger_id: held_entries(ledger_id, shape.entries_per_ledger) for ledger_id in members}
         for n in range(shape.entries_per_ledger):
             for ledger_id in members:
-                yield ledger_id, held[ledger_id][n], n == last
+                yield ledger_id, held[bookie_index(ledger_id)][n], n
 
 
 class _IdxIndex:
-    """Writes each ledger's ``.idx`` file once its last entry is placed."""
+    """Writes each ledger's ``.idx`` file once its last entry is placed; the locations wait in one flat column
+    (a ledger's last entry comes only at the end of a round-robin bookie: a dict per ledger would not fit)."""
 
-    def __init__(self, current: Path):
+    def __init__(self, current: Path, shape: Shape):
         self.current = current
         self.key = master_key(PASSWORD)
-        self.slots: dict[int, dict[int, int]] = {}
+        self.per_ledger = shape.entries_per_ledger
+        self.held = [held_entries(index, self.per_ledger) for index in range(WRITE_QUORUM)]
+        self.locations = array("Q", bytes(8 * shape.entries))
 
-    def add(self, ledger_id: int, entry_id: int, location: int, last: bool) -> None:
-        slots = self.slots.setdefault(ledger_id, {})
-        slots[entry_id] = location
-        if last:
-            write_index_slots(self.current, ledger_id, self.key, self.slots.pop(ledger_id))
+    def add(self, ledger_id: int, entry_id: int, location: int, nth: int) -> None:
+        at = (ledger_id - 1) * self.per_ledger
+        self.locations[at + nth] = location
+        if nth == self.per_ledger - 1:
+            write_index_slots(self.current, ledger_id, self.key,
+                              dict(zip(self.held[bookie_index(ledger_id)], self.locations[at : at + self.per_ledger])))
 
     def close(self) -> None:
         """Nothing is held open: each ``.idx`` file is written whole when its ledger's last entry is placed."""
@@ -194,7 +206,7 @@ class _DbIndex:
         self.location_batch = WriteBatch(raw_mode=True)
         self.pending = 0
 
-    def add(self, ledger_id: int, entry_id: int, location: int, last: bool) -> None:
+    def add(self, ledger_id: int, entry_id: int, location: int, nth: int) -> None:
         self.location_batch.put(LOCATION_KEY.pack(ledger_id, entry_id), LOCATION_VALUE.pack(location))
         if entry_id == 0:
             self.ledger_batch.put(LEDGER_KEY.pack(ledger_id), self.ledger_value)
@@ -226,12 +238,12 @@ def _write_entry_logs(shape: Shape, current: Path, index) -> None:
         with open(path, "wb") as out:
             out.write(entry_log_header())
             position, pieces, buffered = LOG_HEADER_SIZE, [], 0
-            for ledger_id, entry_id, last in itertools.islice(order, per_log):
+            for ledger_id, entry_id, nth in itertools.islice(order, per_log):
                 entry = build_entry(ledger_id, entry_id, entry_id - 1, (entry_id + 1) * shape.entry_size,
                                     payload, digest_type(ledger_id), PASSWORD)
                 pieces.append(struct.pack(">i", len(entry)))
                 pieces.append(entry)
-                index.add(ledger_id, entry_id, EntryLocation(log_id, position + 4).encode(), last)
+                index.add(ledger_id, entry_id, EntryLocation(log_id, position + 4).encode(), nth)
                 position += 4 + len(entry)
                 buffered += 4 + len(entry)
                 ledger_bytes[ledger_id] = ledger_bytes.get(ledger_id, 0) + 4 + len(entry)

@@ -22,7 +22,7 @@ from scanner.storage.layout import discover_layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from scale_bookie import BOOKIE, Shape, digest_type, generate, held_entries  # noqa: E402
+from scale_bookie import BOOKIE, ORDERS, Shape, digest_type, generate, held_entries  # noqa: E402
 
 SHAPE = dict(ledgers=300, entry_logs=7, entry_size=100, entries_per_ledger=4)
 
@@ -33,9 +33,10 @@ def scan_json(bookie, capsys) -> tuple[int, dict]:
     return status, json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("storage", ["interleaved", "db"])
-def test_a_generated_bookie_is_clean_and_its_index_matches_its_logs(tmp_path, capsys, storage):
-    shape = Shape(storage, **SHAPE)
+def test_a_generated_bookie_is_clean_and_its_index_matches_its_logs(tmp_path, capsys, storage, order):
+    shape = Shape(storage, **SHAPE, order=order)
     bookie = generate(shape, tmp_path / "bookie")
     assert len(bookie.entry_logs) == shape.entry_logs
     status, report = scan_json(bookie, capsys)
@@ -54,6 +55,9 @@ def test_a_generated_bookie_is_clean_and_its_index_matches_its_logs(tmp_path, ca
             assert not log.problems
     assert {key[0] for key in walked} == set(range(1, shape.ledgers + 1))
     assert all(sorted(e for l, e in walked if l == ledger) == held_entries(ledger, 4) for ledger in (1, 2, 150))
+    logs_of_a_ledger = len({walked[(1, e)][0] for e in held_entries(1, 4)})
+    # 300 ledgers x 4 entries in 7 logs: a group of 86 ledgers spans two logs; round-robin, each entry is in a log
+    assert logs_of_a_ledger == 4 if order == "round-robin" else logs_of_a_ledger <= 2
 
     layout = discover_layout(bookie.bookie_conf)
     assert (layout.bookie_id, layout.storage) == (BOOKIE, storage)

@@ -1405,18 +1405,23 @@ static PyObject *native_owned_count(PyObject *m, PyObject *args) {
  * slots come in one read are read (most ledgers'); anything else (a larger file, a header that does not check, a
  * failed call) is left to that reader, by path, so every error is raised and worded where it always was.
  *
- * The guest's rule with fewer calls for a file read whole: when it is opened, its size is taken and all of it read
- * without waiting for the disk. If that gets all of it (the bookie had it cached), it is sifted and closed at once:
- * nothing of ours to drop. Otherwise the disk is asked for its first read ahead, and it is read when its window's
- * turn comes; a window of such files is asked of the disk at once. What this reader's calls on a file brought in
- * from disk (the thread's count of blocks read, as the guest counts) is ours, dropped at close; a file they brought
- * nothing in for was all cached (a non-blocking read also stops short at a page under a read of the bookie's). The
- * kernel's read-ahead is left on for these reads: a read of a whole file brings in nothing past its end.
+ * The guest's rule with fewer calls for a file read whole: when it is opened, its first page of slots is read without
+ * waiting for the disk, and the file's size taken from that read where it can be (else from a stat, and the rest of
+ * a larger file read the same way). If that gets all of it (the bookie had it cached), it is sifted and closed at
+ * once: nothing of ours to drop, no count of reads from disk taken: open, read, close. Otherwise the disk is asked
+ * for its first read ahead, and it is read when its window's turn comes; a window of such files is asked of the disk
+ * at once. A file the non-blocking read found partly missing is ours, all of it, as the guest counts a range partly
+ * missing (that read may itself have set the kernel's read-ahead going), and dropped at close; where such reads are
+ * not to be had, the thread's count of blocks read says what the calls on it brought in. The kernel's read-ahead is
+ * left on for these reads: a read of a whole file brings in nothing past its end. (A file over IDX_FIRST_READ, a
+ * ledger of over 8,000 entries here, has its first page of slots read all the same before its size is known: a
+ * read-ahead mark the bookie's reads left there would set the kernel reading ahead in it, uncounted.)
  */
 
 #define IDX_HEADER 1024
 #define IDX_SLOT 8
 #define IDX_FIRST_READ (IDX_HEADER + 64 * 1024) /* indexfile.py's HEADER_SIZE + _READ_CHUNK */
+#define IDX_ONE_PAGE_FILE (IDX_HEADER + 8192)   /* the header and one index page (1024 slots): most ledgers' file */
 #define IDX_FETCHED 1                           /* asking the disk for the first read ahead brought pages in: ours */
 #define IDX_LEAVE_TO_PYTHON (-1)
 #define IDX_PENDING (-2) /* opened ahead, not cached: read when its window is */
@@ -1513,47 +1518,77 @@ static int idx_beside(int fd, const char *name, size_t digits) {
     return fstatat(fd, idx, &st, 0) == 0 && S_ISREG(st.st_mode);
 }
 
-/* OSError for `path` (bytes, `length` of them) from errno, its name decoded as os.scandir's would be. */
-static void raise_for_path(const char *path, size_t length) {
-    int error = errno ? errno : EIO;
+/* OSError for `path` (bytes, `length` of them) from `error`, its name decoded as os.scandir's would be. */
+static void raise_for_path(int error, const char *path, size_t length) {
     PyObject *name = PyUnicode_DecodeFSDefaultAndSize(path, (Py_ssize_t)length);
     if (name != NULL) {
-        errno = error;
+        errno = error ? error : EIO;
         PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, name);
         Py_DECREF(name);
     }
 }
 
-/* list_index_files(directory): [(ledger id, path)] of the `.idx` / `.rloc` files in the subdirectories of
- * `directory` (one first-level directory of an index dir's current/), in directory order, as indexfile.index_files
- * lists them there: a `.rloc` only where no `.idx` sits beside it. A directory that cannot be listed raises OSError. */
-static PyObject *native_list_index_files(PyObject *m, PyObject *args) {
-    PyObject *encoded;
-    if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &encoded))
-        return NULL;
-    const char *directory = PyBytes_AS_STRING(encoded);
-    size_t prefix = (size_t)PyBytes_GET_SIZE(encoded);
-    PyObject *found = PyList_New(0);
-    DirReader *outer = PyMem_RawMalloc(sizeof(DirReader)), *inner = PyMem_RawMalloc(sizeof(DirReader));
-    char *path = PyMem_RawMalloc(prefix + 2 * (NAME_MAX + 1) + 2); /* directory/subdirectory/name */
-    if (found == NULL || outer == NULL || inner == NULL || path == NULL) {
-        if (found != NULL)
-            PyErr_NoMemory();
-        Py_CLEAR(found);
-        goto done;
+/* What a listing found, gathered without the GIL (a hung disk must not stop the agent's other threads): the ledger ids
+ * and the paths (each ending in NUL, one after the other in `names`), or where it failed. Raw memory only. */
+typedef struct {
+    int64_t *ids;
+    size_t *name_at;
+    size_t count, capacity;
+    char *names;
+    size_t names_length, names_capacity;
+    int error;           /* errno of a failed listing: `failed` is the path it names (none: out of memory) */
+    char *failed;        /* a path of up to `failed_length` bytes */
+    size_t failed_length;
+} Listing;
+
+static int listing_add(Listing *found, int64_t ledger_id, const char *path, size_t length) {
+    if (found->count == found->capacity) {
+        size_t capacity = found->capacity ? 2 * found->capacity : 1024;
+        int64_t *ids = PyMem_RawRealloc(found->ids, capacity * sizeof(int64_t));
+        if (ids == NULL)
+            return -1;
+        found->ids = ids;
+        size_t *name_at = PyMem_RawRealloc(found->name_at, capacity * sizeof(size_t));
+        if (name_at == NULL)
+            return -1;
+        found->name_at = name_at, found->capacity = capacity;
     }
-    memcpy(path, directory, prefix);
+    if (found->names_length + length + 1 > found->names_capacity) {
+        size_t capacity = 2 * found->names_capacity + length + 1;
+        char *names = PyMem_RawRealloc(found->names, capacity);
+        if (names == NULL)
+            return -1;
+        found->names = names, found->names_capacity = capacity;
+    }
+    memcpy(found->names + found->names_length, path, length);
+    found->names[found->names_length + length] = '\0';
+    found->ids[found->count] = ledger_id;
+    found->name_at[found->count++] = found->names_length;
+    found->names_length += length + 1;
+    return 0;
+}
+
+/* The listing's failure: `error` on `path`'s first `length` bytes (kept in `found->failed`, which has the room). */
+static void listing_fails(Listing *found, int error, const char *path, size_t length) {
+    found->error = error ? error : EIO;
+    memcpy(found->failed, path, length);
+    found->failed_length = length;
+}
+
+/* The listing itself, in `path` (holding the directory as given, `given` bytes and a NUL, and room for a `/` and two
+ * names more), with only system calls and raw memory: it may run without the GIL. */
+static void list_into(Listing *found, char *path, size_t given, DirReader *outer, DirReader *inner) {
+    outer->fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), outer->length = outer->at = 0;
+    size_t prefix = given;
     if (prefix == 0 || path[prefix - 1] != '/') /* os.path.join's way, as os.scandir's entries' paths are made */
         path[prefix++] = '/';
-    outer->fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC), outer->length = outer->at = 0;
     if (outer->fd < 0) {
-        raise_for_path(directory, (size_t)PyBytes_GET_SIZE(encoded));
-        Py_CLEAR(found);
-        goto done;
+        listing_fails(found, errno, path, found->failed_length);
+        return;
     }
     const char *sub;
     unsigned char type;
-    while (found != NULL && (sub = next_entry(outer, &type)) != NULL) {
+    while (found->error == 0 && (sub = next_entry(outer, &type)) != NULL) {
         if (!entry_is(outer->fd, sub, type, S_IFDIR))
             continue;
         size_t sub_length = strlen(sub), name_at = prefix + sub_length + 1;
@@ -1561,8 +1596,7 @@ static PyObject *native_list_index_files(PyObject *m, PyObject *args) {
         path[name_at - 1] = '/';
         inner->fd = openat(outer->fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC), inner->length = inner->at = 0;
         if (inner->fd < 0) {
-            raise_for_path(path, name_at - 1);
-            Py_CLEAR(found);
+            listing_fails(found, errno, path, name_at - 1);
             break;
         }
         const char *name;
@@ -1575,32 +1609,73 @@ static PyObject *native_list_index_files(PyObject *m, PyObject *args) {
                 continue;
             size_t length = name_at + strlen(name);
             memcpy(path + name_at, name, length - name_at);
-            PyObject *item = Py_BuildValue("(LN)", (long long)ledger_id,
-                                           PyUnicode_DecodeFSDefaultAndSize(path, (Py_ssize_t)length));
-            if (item == NULL || PyList_Append(found, item) < 0) {
-                Py_XDECREF(item);
-                Py_CLEAR(found);
+            if (listing_add(found, ledger_id, path, length) < 0) {
+                found->error = ENOMEM, found->failed_length = 0; /* no path: out of memory */
                 break;
             }
-            Py_DECREF(item);
         }
-        if (found != NULL && errno != 0) {
-            raise_for_path(path, name_at - 1);
-            Py_CLEAR(found);
-        }
+        if (found->error == 0 && errno != 0)
+            listing_fails(found, errno, path, name_at - 1);
         close(inner->fd);
     }
-    if (found != NULL && errno != 0) {
-        raise_for_path(directory, (size_t)PyBytes_GET_SIZE(encoded));
-        Py_CLEAR(found);
-    }
+    if (found->error == 0 && errno != 0)
+        listing_fails(found, errno, path, found->failed_length);
     close(outer->fd);
+}
+
+/* list_index_files(directory): [(ledger id, path)] of the `.idx` / `.rloc` files in the subdirectories of
+ * `directory` (one first-level directory of an index dir's current/), in directory order, as indexfile.index_files
+ * lists them there: a `.rloc` only where no `.idx` sits beside it. A directory that cannot be listed raises OSError.
+ * The directories are read with the GIL released: a disk that hangs holds this thread only. */
+static PyObject *native_list_index_files(PyObject *m, PyObject *args) {
+    PyObject *encoded;
+    if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &encoded))
+        return NULL;
+    const char *directory = PyBytes_AS_STRING(encoded);
+    size_t given = (size_t)PyBytes_GET_SIZE(encoded);
+    PyObject *result = NULL;
+    Listing found = {0};
+    DirReader *outer = PyMem_RawMalloc(sizeof(DirReader)), *inner = PyMem_RawMalloc(sizeof(DirReader));
+    size_t room = given + 2 * (NAME_MAX + 1) + 2; /* directory/subdirectory/name */
+    char *path = PyMem_RawMalloc(room);
+    found.failed = PyMem_RawMalloc(room);
+    if (outer == NULL || inner == NULL || path == NULL || found.failed == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(path, directory, given + 1);
+    found.failed_length = given; /* a failure at the directory itself names it as given */
+    Py_BEGIN_ALLOW_THREADS
+    list_into(&found, path, given, outer, inner);
+    Py_END_ALLOW_THREADS
+    if (found.error == ENOMEM && found.failed_length == 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (found.error != 0) {
+        raise_for_path(found.error, found.failed, found.failed_length);
+        goto done;
+    }
+    result = PyList_New((Py_ssize_t)found.count);
+    for (size_t i = 0; result != NULL && i < found.count; i++) {
+        const char *name = found.names + found.name_at[i];
+        PyObject *item = Py_BuildValue("(LN)", (long long)found.ids[i],
+                                       PyUnicode_DecodeFSDefaultAndSize(name, (Py_ssize_t)strlen(name)));
+        if (item == NULL)
+            Py_CLEAR(result);
+        else
+            PyList_SET_ITEM(result, (Py_ssize_t)i, item);
+    }
 done:
     PyMem_RawFree(outer);
     PyMem_RawFree(inner);
     PyMem_RawFree(path);
+    PyMem_RawFree(found.ids);
+    PyMem_RawFree(found.name_at);
+    PyMem_RawFree(found.names);
+    PyMem_RawFree(found.failed);
     Py_DECREF(encoded);
-    return found;
+    return result;
 }
 #endif /* HAVE_GETDENTS64 */
 
@@ -1704,39 +1779,57 @@ static Py_ssize_t sift_index(const uint8_t *buffer, int64_t got, int64_t size, S
     return (Py_ssize_t)(out->count - before);
 }
 
+/* How large a file just read without waiting is, from what the read got: a read of a regular file stops short only at
+ * its end or, not waiting, at the first page not cached (a page boundary), so a read that stopped short off a page
+ * boundary met the end: the file is `got` bytes, no stat needed. An index file is its header and whole pages of slots
+ * (1024 + n * 8192 bytes, never a whole number of 4 KiB pages): a cached one is sized by its read alone. -1: unknown. */
+static int64_t size_from_short_read(ssize_t got, size_t asked) {
+    return got >= 0 && (size_t)got < asked && got % PAGE_BYTES != 0 ? (int64_t)got : -1;
+}
+
 /* A file just opened: read, sifted into `out` and closed when all of it is cached and it is small enough (its slot
  * count), closed when it is too large for one read (IDX_LEAVE_TO_PYTHON), else its first read asked of the disk
- * ahead and left open (IDX_PENDING, with its flags). */
-static Py_ssize_t read_at_open(int fd, uint8_t *buffer, Slots *out, int *flags) {
-    struct stat st;
+ * ahead and left open (IDX_PENDING, with its flags and size). A cached file of one page of slots (most ledgers') costs one
+ * read: its size comes from the read (size_from_short_read), and a read that waited for nothing brought nothing in
+ * (no count of blocks read is taken). */
+static Py_ssize_t read_at_open(int fd, uint8_t *buffer, Slots *out, int *flags, int64_t *pending_size) {
     *flags = 0;
-    if (fstat(fd, &st) != 0 || st.st_size > IDX_FIRST_READ) {
-        close(fd);
-        return IDX_LEAVE_TO_PYTHON;
+    ssize_t cached = read_cached(fd, buffer, IDX_ONE_PAGE_FILE + 1, 0);
+    int64_t size = size_from_short_read(cached, IDX_ONE_PAGE_FILE + 1);
+    if (size < 0) { /* larger than one page of slots, not all cached, or not read: its size from a stat */
+        struct stat st;
+        if (fstat(fd, &st) != 0 || st.st_size > IDX_FIRST_READ) {
+            close(fd);
+            return IDX_LEAVE_TO_PYTHON;
+        }
+        size = st.st_size;
+        if (cached > IDX_ONE_PAGE_FILE && size > cached) { /* the rest of a larger file, as far as it is cached */
+            ssize_t more = read_cached(fd, buffer + cached, (size_t)(size - cached), cached);
+            cached = more < 0 ? more : cached + more;
+        }
     }
-    int64_t size = st.st_size, want = size > IDX_HEADER ? size : IDX_HEADER;
-    long before = blocks_read();
-    ssize_t cached = read_cached(fd, buffer, (size_t)want, 0);
     if (cached >= size) { /* the bookie has all of it cached (or it is empty): nothing of ours to drop */
         Py_ssize_t count = sift_index(buffer, cached, size, out);
         close(fd);
         return count;
     }
-    if (posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_WILLNEED) != 0 || brought_in(before))
+    /* Not all cached: a read that came up short found a page missing (and may have set the kernel's read-ahead
+     * going for it), so the file is ours, all of it, as the guest counts a range partly missing; only where such
+     * reads are not to be had does the count of blocks read say whether the advice brought anything in. */
+    long before = cached < 0 ? blocks_read() : -1;
+    if (posix_fadvise(fd, 0, IDX_FIRST_READ, POSIX_FADV_WILLNEED) != 0 || cached >= 0 || brought_in(before))
         *flags |= IDX_FETCHED; /* (advice refused: the read fetches it, counted ours as nothing says otherwise) */
+    *pending_size = size;
     return IDX_PENDING;
 }
 
-/* A file left open by read_at_open read, checked and sifted into `out`, then its pages that were not cached dropped
- * and it closed. Returns how many slots it added, or IDX_LEAVE_TO_PYTHON (it added none). */
-static Py_ssize_t read_pending(int fd, int flags, uint8_t *buffer, Slots *out) {
+/* A file left open by read_at_open read (`size` bytes, as it was then: no second stat), checked and sifted into
+ * `out`, then its pages that were not cached dropped and it closed. Returns how many slots it added, or IDX_LEAVE_TO_PYTHON (it added none). */
+static Py_ssize_t read_pending(int fd, int flags, int64_t size, uint8_t *buffer, Slots *out) {
     Py_ssize_t result = IDX_LEAVE_TO_PYTHON;
     int64_t ours_end = flags & IDX_FETCHED ? IDX_FIRST_READ : 0, got = 0;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size > IDX_FIRST_READ)
-        goto done;
-    int64_t size = st.st_size, want = size > IDX_HEADER ? size : IDX_HEADER;
-    long before = blocks_read();
+    int64_t want = size > IDX_HEADER ? size : IDX_HEADER;
+    long before = flags & IDX_FETCHED ? -1 : blocks_read(); /* (already all ours: nothing to count) */
     while (got < want) {
         ssize_t n = pread(fd, buffer + got, (size_t)(want - got), got);
         if (n < 0 && errno == EINTR)
@@ -1747,7 +1840,8 @@ static Py_ssize_t read_pending(int fd, int flags, uint8_t *buffer, Slots *out) {
             break;
         got += n;
     }
-    if (brought_in(before)) { /* (pages dropped since they were asked for) every page the read touched is ours */
+    if (!(flags & IDX_FETCHED) && brought_in(before)) { /* (pages dropped since they were asked for) every page the
+                                                          * read touched is ours */
         int64_t end = ((got > 0 ? got : 1) + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
         ours_end = end > ours_end ? end : ours_end;
     }
@@ -1774,6 +1868,7 @@ typedef struct {
     Py_ssize_t n;
     Py_ssize_t *counts, *starts;
     int *fds, *flags;
+    int64_t *sizes; /* a pending file's size when it was opened */
     Slots slots;
     Py_buffer views[2];
     int viewing;
@@ -1798,6 +1893,7 @@ static void IndexWindow_dealloc(IndexWindow *self) {
     PyMem_Free(self->starts);
     PyMem_Free(self->fds);
     PyMem_Free(self->flags);
+    PyMem_Free(self->sizes);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1840,7 +1936,9 @@ static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
         window->starts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
         window->fds = PyMem_Calloc((size_t)n + 1, sizeof(int));
         window->flags = PyMem_Calloc((size_t)n + 1, sizeof(int));
+        window->sizes = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
         if (window->counts == NULL || window->starts == NULL || window->fds == NULL || window->flags == NULL ||
+            window->sizes == NULL ||
             buffer == NULL) {
             Py_CLEAR(window);
             PyErr_NoMemory();
@@ -1862,7 +1960,8 @@ static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
             int fd = open_read_only(PyBytes_AS_STRING(PyList_GET_ITEM(encoded, i)));
             window->starts[i] = (Py_ssize_t)window->slots.count;
             window->counts[i] = fd < 0 ? IDX_LEAVE_TO_PYTHON
-                                       : read_at_open(fd, buffer, &window->slots, &window->flags[i]);
+                                       : read_at_open(fd, buffer, &window->slots, &window->flags[i],
+                                                      &window->sizes[i]);
             window->fds[i] = window->counts[i] == IDX_PENDING ? fd : -1;
         }
         window->n = n;
@@ -1894,7 +1993,8 @@ static PyObject *native_read_index_files(PyObject *m, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++)
         if (window->counts[i] == IDX_PENDING) {
             window->starts[i] = (Py_ssize_t)window->slots.count;
-            window->counts[i] = read_pending(window->fds[i], window->flags[i], buffer, &window->slots);
+            window->counts[i] = read_pending(window->fds[i], window->flags[i], window->sizes[i], buffer,
+                                             &window->slots);
         }
     window->n = 0; /* every file closed */
     Py_END_ALLOW_THREADS

@@ -371,12 +371,12 @@ class BookiePass:
         """The logs that hold records of deleted ledgers (orphans) and of ledgers the index lacks."""
         entry_log_id = state.log_file.entry_log_id
         misread = {f.found_ledger_id for f in state.walk.index_faults if f.found_ledger_id is not None}
-        for ledger_id in state.walk.stats.ledgers_seen:
-            if ledger_id in self._absent and ledger_id not in misread and self.owns_ledger(ledger_id):
+        seen = state.walk.stats.ledgers_seen  # (a log of a busy bookie holds a little of very many ledgers: only
+        for ledger_id in self._absent.intersection(seen):  # the few of note are looked at one by one)
+            if ledger_id not in misread and self.owns_ledger(ledger_id):
                 self.orphans[ledger_id].logs.add(entry_log_id)
-            recording = self._unindexed.get(ledger_id)
-            if recording is not None:
-                recording.logs.add(entry_log_id)
+        for ledger_id in self._unindexed.keys() & seen:
+            self._unindexed[ledger_id].logs.add(entry_log_id)
 
     def _settle(self, state: _LogWalk, final: bool) -> list[Finding]:
         """The confirmed findings about what the walk has passed since the last settling (all of it when ``final``)."""
@@ -515,6 +515,8 @@ class BookiePass:
         if listed is None:
             return []
         seen = state.walk.stats.ledger_bytes
+        if listed == seen:
+            return []
         wrong = sorted({ledger_id for ledger_id, _ in set(listed.items()) ^ set(seen.items())})
         if not wrong:
             return []

@@ -336,8 +336,12 @@ class EntryLog:
                                                 f"expected ledger -1 entry -2")
             if LEDGERS_MAP_BATCH_HEADER + LEDGERS_MAP_ITEM * count != length:
                 return self._broken_map(offset, f"batch lists {count} ledgers but its length is {length}")
-            for ledger_id, ledger_bytes in _BATCH_ITEM.iter_unpack(memoryview(batch)[24:]):
-                sizes[ledger_id] = sizes.get(ledger_id, 0) + ledger_bytes
+            items = dict(_BATCH_ITEM.iter_unpack(memoryview(batch)[24:]))
+            if len(items) == count and sizes.keys().isdisjoint(items):  # each ledger listed once, as BookKeeper does
+                sizes.update(items)
+            else:
+                for ledger_id, ledger_bytes in _BATCH_ITEM.iter_unpack(memoryview(batch)[24:]):
+                    sizes[ledger_id] = sizes.get(ledger_id, 0) + ledger_bytes
             listed += count
             offset += 4 + length
         else:
