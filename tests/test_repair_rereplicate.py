@@ -127,6 +127,12 @@ def test_unreachable_bookies_fail_the_move_and_change_no_metadata(cluster):
     before = cluster.client.get(znode(cluster))[0]
     result = attempt(cluster)
     assert result.outcome is Outcome.FAILED and "no verifying copy read" in result.detail, result
+    # what each peer answered for the damaged entry, kept for the operator (repairs.jsonl, the report)
+    ((entry_id, copies),) = result.answers
+    peers = [b for b in meta.segments[0][1] if b != ME]
+    assert entry_id == 8 and {c.bookie_id for c in copies} <= set(peers) and copies
+    assert all(c.state.value == "no_answer" for c in copies)
+    assert result.to_json()["answers"][0]["copies"][0]["state"] == "no_answer"
     assert cluster.client.get(znode(cluster))[0] == before and meta.segments[0][1].count(ME) == 1
     assert UnderreplicationMarks(cluster.client, cluster.root).get(LEDGER).replicas == (ME,)
     assert cluster.client.exists(lock_path(cluster.root, LEDGER)) is None

@@ -57,8 +57,9 @@ class FragmentCopier:
     """Copies fragments over one pool of connections, paced and stoppable (``stopping()`` polled per window)."""
 
     def __init__(self, pool: BookiePool, *, bytes_per_second: float | None = None,
-                 stopping: Callable[[], bool] = lambda: False):
+                 stopping: Callable[[], bool] = lambda: False, answers: dict[int, list[PeerCopy]] | None = None):
         self.pool = pool
+        self.answers = answers if answers is not None else {}  # per damaged entry: what each bookie answered
         self._pace = TokenBucket(bytes_per_second or None, burst=max(bytes_per_second or 0, 1 << 20))
         self._stopping = stopping
 
@@ -104,6 +105,8 @@ class FragmentCopier:
         """A verified copy of the entry, from the peers (or ``source`` when its copy is not damaged); else CopyFailed."""
         peers = [fragment.bookies[i] for i in fragment.write_set(entry_id) if i != index]
         copies = list(await asyncio.gather(*(self._read(p, ledger_id, entry_id, verifier) for p in peers)))
+        if damaged_here:
+            self.answers[entry_id] = copies
         judgement = judge(copies, verifier.digest_length)
         if judgement.good_copy is not None:
             return judgement.good_copy

@@ -46,6 +46,7 @@ from scanner.checks.findings import EntryRanges, in_ranges
 from scanner.heal.fragment_copy import CopyFailed, CopyProblem, FragmentCopier
 from scanner.heal.pool import BookiePool
 from scanner.heal.transport import TransportRefused, screen_move
+from scanner.heal.verdict import PeerCopy
 from scanner.metadata.bookie_registry import BookieNotResolved, BookieRegistry
 from scanner.metadata.ledger import (
     Fragment,
@@ -117,11 +118,14 @@ class Attempt:
     seconds: float
     remarked: bool = False  # the mark had been cleared (by a worker) and was filed again under the lock
     mark_zxid: int | None = None  # the creation zxid of the mark, when this bookie created it
+    answers: tuple[tuple[int, tuple[PeerCopy, ...]], ...] = ()  # per damaged entry read: what each peer answered
 
     def to_json(self) -> dict:
         return {"ledger_id": self.ledger_id, "bookie": self.bookie_id, "outcome": self.outcome.value,
                 "detail": self.detail, "moves": [m.to_json() for m in self.moves], "at_ms": self.at_ms,
-                "seconds": round(self.seconds, 3), "remarked": self.remarked}
+                "seconds": round(self.seconds, 3), "remarked": self.remarked,
+                "answers": [{"entry_id": entry_id, "copies": [c.to_json() for c in copies]}
+                            for entry_id, copies in self.answers]}
 
 
 @dataclass
@@ -175,6 +179,7 @@ class Rereplicator:
         # Targets that failed a try, per ledger: the next try prefers others (a failed try leaves partial
         # copies there, which that bookie's garbage collector, seeing the ledger over-replicated, may delete).
         self._failed_targets: dict[int, set[str]] = {}
+        self._answers: dict[int, list[PeerCopy]] = {}  # the attempt's: per damaged entry, what each peer answered
 
     def rereplicate(self, ledger_id: int, damaged: EntryRanges, *, dry_run: bool = False,
                     mark_zxid: int | None = None) -> Attempt:
@@ -184,6 +189,7 @@ class Rereplicator:
         """
         started = self.clock()
         progress = _Progress(mark_zxid)
+        self._answers: dict[int, list[PeerCopy]] = {}
         try:
             if dry_run:
                 outcome, detail = self._judge(ledger_id, damaged)
@@ -199,8 +205,9 @@ class Rereplicator:
             outcome, detail = Outcome.REFUSED, exc.reason
         except _Stop as stop:
             outcome, detail = stop.outcome, stop.detail
+        answers = tuple((entry_id, tuple(copies)) for entry_id, copies in sorted(self._answers.items()))
         return Attempt(ledger_id, self.bookie_id, outcome, detail, tuple(progress.moves), int(started * 1000),
-                       self.clock() - started, progress.remarked, progress.mark_zxid)
+                       self.clock() - started, progress.remarked, progress.mark_zxid, answers)
 
     def release_mark(self, ledger_id: int, mark_zxid: int | None) -> bool:
         """Under the ledger's lock, take back this bookie's request on its mark; False while another holds the lock."""
@@ -375,7 +382,7 @@ class Rereplicator:
         async def run():
             async with BookiePool(self.timeout, CONNECTIONS_PER_BOOKIE, resolver=self.registry) as pool:
                 return await work(FragmentCopier(pool, bytes_per_second=self.bytes_per_second,
-                                                 stopping=self.stopping))
+                                                 stopping=self.stopping, answers=self._answers))
         try:
             return asyncio.run(run())
         except CopyFailed as exc:

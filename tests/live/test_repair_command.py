@@ -119,6 +119,8 @@ def test_repair_moves_a_rotten_copy_away_and_leaves_the_writers_bad_bytes_alone(
         assert status == 1
         (attempt,) = left["attempts"]
         assert attempt["outcome"] == "no_good_copy" and "write_path" in attempt["detail"], attempt
+        (answer,) = attempt["answers"]  # entry 4: every peer holds a copy, none verifies
+        assert answer["entry_id"] == 4 and {c["state"] for c in answer["copies"]} == {"bad"}, answer
         with open_metadata(cluster.metadata_uri) as store:
             assert store.ledger(b.ledger_id).segments == before[b.ledger_id]
         # The copies were added with the ledgers' master keys; neither they nor the passwords are journaled or shown.
