@@ -1,7 +1,7 @@
 """A pytest plugin: a test that leaves a child process behind fails, and the process is ended.
 
 After each test's teardown, every process descended from the test process (a JVM, an agent, a scan, a shell)
-must be gone, but for those a fixture of a wider scope (module, session) started and that fixture still holds,
+must be gone, but for multiprocessing's own helpers and those a fixture of a wider scope (module, session) started and that fixture still holds,
 with their own descendants (a session ZooKeeper, a Spark session's JVM and its Python workers). Once that
 fixture's finalizer ran, its processes must be gone too: the teardown of the test that ended its scope fails
 otherwise. What is found left behind is killed, so it cannot disturb the tests after it (a frozen server still
@@ -64,10 +64,18 @@ def _command(pid: int) -> str:
         return "?"
 
 
+def _interpreter_helpers() -> set[int]:
+    """multiprocessing's resource tracker and fork server: one each for the whole process, started by the first
+    pool that needs them and ended with the process, whichever test came first."""
+    from multiprocessing import forkserver, resource_tracker
+
+    return {pid for pid in (resource_tracker._resource_tracker._pid, forkserver._forkserver._forkserver_pid) if pid}
+
+
 def leftovers() -> dict[int, str]:
     """The processes below this one that no wider-scoped fixture holds, with their command lines."""
     tree = descendants(os.getpid())
-    held = set().union(*_owned_by_fixture.values())
+    held = _interpreter_helpers().union(*_owned_by_fixture.values())
 
     def is_held(pid: int) -> bool:
         while pid in tree:
