@@ -1,15 +1,15 @@
 """A pytest plugin: a test that leaves a child process behind fails, and the process is ended.
 
 After each test's teardown, every process descended from the test process (a JVM, an agent, a scan, a shell)
-must be gone, but for multiprocessing's own helpers and those a fixture of a wider scope (module, session) started and that fixture still holds,
-with their own descendants (a session ZooKeeper, a Spark session's JVM and its Python workers). Once that
-fixture's finalizer ran, its processes must be gone too: the teardown of the test that ended its scope fails
-otherwise. What is found left behind is killed, so it cannot disturb the tests after it (a frozen server still
-holding its port, a client still retrying against it), and the teardown fails naming each process.
+must be gone, but for multiprocessing's own helpers and the processes a fixture of a wider scope (module,
+session) started and still holds, with their own descendants (a session ZooKeeper, a Spark session's JVM and its
+Python workers). Once that fixture's finalizer ran, its processes must be gone too: the teardown of the test that
+ended its scope fails otherwise. What is left behind is killed, so it cannot disturb the tests after it (a frozen
+server still holding its port, a client still retrying against it), and the teardown fails naming each process.
 
-A test ends its processes in a fixture's finalizer or a ``finally``, so they end even when it fails. A process
-given a grace period to exit on its own: ``LEFTOVER_GRACE_S``. Processes that leave the tree by forking twice
-(a kit's start script running a daemon in the background) are not seen here; whoever starts them must stop them.
+A test ends its processes in a fixture's finalizer or a ``finally``, so they end even when it fails; one that is
+exiting has ``LEFTOVER_GRACE_S`` to finish. Processes that leave the tree by forking twice (a kit's start script
+running a daemon in the background) are not seen here: whoever starts them stops them.
 """
 
 from __future__ import annotations
