@@ -23,6 +23,7 @@ import pytest
 
 LEFTOVER_GRACE_S = 5.0
 _owned_by_fixture: dict[object, set[int]] = {}  # the processes a wider-scoped fixture started, while it holds them
+_left_by_fixture: dict[int, str] = {}  # those whose fixture has finished, with its name, until a check looked
 
 
 def child_processes(pid: int) -> set[int]:
@@ -118,7 +119,8 @@ def pytest_fixture_setup(fixturedef, request):
 
 
 def pytest_fixture_post_finalizer(fixturedef, request):
-    _owned_by_fixture.pop(fixturedef, None)
+    for pid in _owned_by_fixture.pop(fixturedef, ()):
+        _left_by_fixture[pid] = fixturedef.argname
 
 
 @pytest.hookimpl(wrapper=True)
@@ -127,8 +129,11 @@ def pytest_runtest_teardown(item, nextitem):
         result = yield
     except BaseException:
         end_leftovers()  # the teardown's own failure is the one to report
+        _left_by_fixture.clear()
         raise
     if left := end_leftovers():
-        pytest.fail(f"{item.nodeid} left {len(left)} process(es) running, now killed: "
-                    + "; ".join(f"pid {pid}: {command}" for pid, command in left.items()), pytrace=False)
+        pytest.fail(f"{item.nodeid} left {len(left)} process(es) running, now killed: " + "; ".join(
+            f"pid {pid}" + (f" (of fixture {_left_by_fixture[pid]!r}, after its finalizer)" if pid in _left_by_fixture
+                            else "") + f": {command}" for pid, command in left.items()), pytrace=False)
+    _left_by_fixture.clear()
     return result

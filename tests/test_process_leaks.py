@@ -69,7 +69,8 @@ def test_two(server):
 """)
     # The first test passes with the module's process running; the last one's teardown ends the module's scope.
     result.assert_outcomes(passed=2, errors=1)
-    result.stdout.fnmatch_lines(["*test_two left 1 process(es) running*"])
+    result.stdout.fnmatch_lines(["*test_two left 1 process(es) running, now killed: pid * (of fixture 'server', "
+                                 "after its finalizer): *"])
     assert alive == []
 
 
