@@ -18,11 +18,13 @@ def spark():
         "spark.ui.enabled": "false",
     })
     yield session
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is None:
+        return  # each module that imports this fixture has its own copy of it: another copy's end ended Spark
     session.stop()
     # A stopped session leaves Spark's JVM running for the rest of the process (the next session would use it
     # again); it exits when its stdin closes.
-    from pyspark import SparkContext
-
     gateway, SparkContext._gateway, SparkContext._jvm = SparkContext._gateway, None, None
     gateway.shutdown()
     gateway.proc.stdin.close()
