@@ -14,6 +14,8 @@
 Under pytest-xdist (``./dev test`` runs two workers, ``--dist loadgroup``), the tests that start a
 BookKeeper cluster run one after another on one worker, and so do those that start a standalone Spark
 cluster: two of either at once would starve each other of the machine's cores.
+
+A test that leaves a child process behind fails at its teardown, and the process is killed (``process_leaks``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from zookeeper_server import ZooKeeperServer, ZooKeeperSetupError, load_dump
 # using `random` when such a draw falls in that time (a client of an earlier test in the same worker): kazoo draws
 # from a generator of its own here.
 kazoo.protocol.connection.random = kazoo.retry.random = random.Random()
+
+pytest_plugins = ["pytester", "process_leaks"]
 
 _chroot_numbers = itertools.count(1)
 _SLOW_KINDS = ("live", "spark", "install")  # a cluster, a JVM or a fresh venv: seconds before the first assert

@@ -1,7 +1,7 @@
 """One local Spark for the whole test session (``local[2]``), shared by every audit test module.
 
 Import the ``spark`` fixture into a test module (``from spark_session import spark``). Modules that
-import it get the same running session (Spark keeps one per process); it is stopped at the end.
+import it get the same running session (Spark keeps one per process); it is stopped at the end, its JVM too.
 """
 
 from __future__ import annotations
@@ -18,4 +18,14 @@ def spark():
         "spark.ui.enabled": "false",
     })
     yield session
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is None:
+        return  # each module that imports this fixture has its own copy of it: another copy's end ended Spark
     session.stop()
+    # A stopped session leaves Spark's JVM running for the rest of the process (the next session would use it
+    # again); it exits when its stdin closes.
+    gateway, SparkContext._gateway, SparkContext._jvm = SparkContext._gateway, None, None
+    gateway.shutdown()
+    gateway.proc.stdin.close()
+    gateway.proc.wait(timeout=60)

@@ -47,9 +47,11 @@ def own_zookeeper(tmp_path):
 
     yield start
     for server, client in started:
-        client.stop()
-        client.close()
-        server.stop()
+        try:
+            client.stop()
+            client.close()
+        finally:
+            server.stop()
 
 
 def awaiting_ledgers(state_dir: Path) -> set[int]:

@@ -351,6 +351,8 @@ def test_server_stop_ends_the_jvm(tmp_path):
     server = ZooKeeperServer(tmp_path)
     server.start()
     process = server._process
-    assert process.poll() is None
-    server.stop()
+    try:
+        assert process.poll() is None
+    finally:
+        server.stop()
     assert process.poll() is not None

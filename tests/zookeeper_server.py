@@ -48,9 +48,11 @@ class ZooKeeperServer:
 
     A ``restartable`` server is reached through a ``TcpGate`` that opens only once the JVM serves, after
     a start or a restart alike. ZooKeeper 3.8 binds its port before it has a database, and a client that
-    connects in that window is neither answered nor closed (closing it throws, ZOOKEEPER-5051): it waits
-    out its whole connect timeout, which in the outage tests' reconnects under load was longer than the
-    tests wait. The other servers need no gate: their clients connect only after ``start()``.
+    connects in that window is neither answered nor closed (closing it throws, ZOOKEEPER-5051; its log says
+    ``NullPointerException ... because "this.zkDb" is null``): it waits out its whole connect timeout (kazoo's
+    and ZooKeeper's: the session timeout / hosts, 30 s here), which in the outage tests' reconnects under load
+    was longer than the tests wait. Under load the window lasts from tens of milliseconds to over half a second;
+    once the database exists, connects are closed at once until the server runs, and kazoo tries again. The other servers need no gate: their clients connect only after ``start()``.
     """
 
     def __init__(self, workdir: Path, jar: Path = ZOOKEEPER_JAR, *, max_session_timeout_ms: int | None = None,
