@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -150,8 +151,11 @@ def _health(state_dir: Path, pid: int) -> dict | None:
         info = json.loads((state_dir / "agent.json").read_text())
         if info.get("pid") != pid:
             return None
-        with urllib.request.urlopen(f"http://{info['listen']}/health", timeout=5) as response:
-            health = json.loads(response.read())
+        try:
+            with urllib.request.urlopen(f"http://{info['listen']}/health", timeout=5) as response:
+                health = json.loads(response.read())
+        except urllib.error.HTTPError as answer:  # 503: the bookie's copy has damage (the verdict's rule)
+            health = json.loads(answer.read())
     except (OSError, ValueError, KeyError):
         return None
     return health if health["scanners"] and health["scanners"][0]["passes_completed"] >= 1 else None

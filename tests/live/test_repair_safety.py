@@ -204,5 +204,5 @@ def test_damage_in_most_entry_logs_trips_the_breaker_within_the_first_pass(tmp_p
         assert log.count("this bookie's disk looks failed") == 1, log[-3000:]
         moved = [row for row in report["ended"] if " moved from " in row["why"]]
         assert len(moved) <= 2 and report["budget"]["moves_last_hour"] <= 2, report
-        assert "bookie_scanner_repair_breaker_tripped 1.0" in metrics
+        assert f'bookie_scanner_repair_breaker_tripped{{bookie="{bookie2.bookie_id}"}} 1.0' in metrics
         assert report["following_total"] >= 3  # marked, and left for the workers
