@@ -98,6 +98,8 @@ def test_a_zookeeper_without_the_ledgers_root_is_a_config_error_everywhere_then_
                  "no config_error")
         status, health = agent.answer("GET", "/health")
         assert status == 503 and "has no " in health["config_error"] and "/ledger" in health["state_reason"]
+        # liveness: a restart would not end a configuration error, so /alive stays 200 and says why
+        assert agent.answer("GET", "/alive") == (200, {"state": "config_error", "state_reason": health["state_reason"]})
         assert_valid(envelope("agent_status", health))
         shown = cli(config, "status")
         assert shown.returncode == 2, shown.stdout + shown.stderr

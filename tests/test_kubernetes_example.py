@@ -97,7 +97,7 @@ def test_the_sidecar_mounts_the_bookies_volumes_read_only_and_answers_its_probe_
     assert "/tmp" in mounts and scanner["securityContext"]["readOnlyRootFilesystem"] is True
     port = next(p for p in scanner["ports"] if p["name"] == scanner["livenessProbe"]["httpGet"]["port"])
     assert port["containerPort"] == image_config.listen_port
-    assert scanner["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert scanner["livenessProbe"]["httpGet"]["path"] == "/alive"
     assert "readinessProbe" not in scanner and "startupProbe" not in scanner
     annotations = statefulset["spec"]["template"]["metadata"]["annotations"]
     assert (annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == (str(port["containerPort"]),

@@ -99,10 +99,16 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             health = self.agent.health()
             self._json(Verdict(health["state"], health["state_reason"]).http_status, health)
+        elif self.path == "/alive":
+            # For a liveness probe or a container's HEALTHCHECK: only a failing or stalled scanner is worth a
+            # restart; damage found (a 503 on /health) is the operator's news, and a restart would not end it.
+            health = self.agent.health()
+            self._json(503 if health["state"] == "failing" else 200,
+                       {"state": health["state"], "state_reason": health["state_reason"]})
         elif self.path == "/metrics":
             self._send(200, exposition(self.agent.registry), CONTENT_TYPE_LATEST)
         else:
-            self._json(404, {"error": f"no {self.path}: try /health, /metrics"})
+            self._json(404, {"error": f"no {self.path}: try /health, /alive, /metrics"})
 
     def do_POST(self) -> None:
         actions = {"/pause": self._pause, "/resume": self._resume, "/suspects": self._suspects}

@@ -204,9 +204,12 @@ def _inject_payload_flip(cluster, bookie, store):
 
 def _health(port: int, ready) -> dict | None:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-            health = json.loads(response.read())
-    except (OSError, ValueError):  # not listening yet, or a 503 (starting, degraded)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                health = json.loads(response.read())
+        except urllib.error.HTTPError as answer:  # 503: damage found, degraded (the verdict's rule)
+            health = json.loads(answer.read())
+    except (OSError, ValueError):  # not listening yet
         return None
     return health if health["scanners"] and ready(health) else None
 
