@@ -72,17 +72,17 @@ def test_a_fragment_recovered_by_bookkeeper_is_moved_when_another_copy_rots(tmp_
         assert len(view.copies) == (ledger.last_entry_id + 1) * 3
 
 
-def _ledger_on_bookie_in_two_fragments(cluster, bookie, other) -> LedgerMetadata:
+def _ledger_on_bookie_in_two_fragments(cluster, bookie, others) -> LedgerMetadata:
     """A closed ledger (a digest to check) with two fragments naming ``bookie``, the first of a few entries: writers
-    run while ``other`` restarts twice, so the ledgers they write then change ensembles, keeping ``bookie``."""
-    for round_ in range(3):
+    run while each of ``others`` restarts in turn, so the ledgers they write then change ensembles, keeping ``bookie``."""
+    for round_ in range(4):
         seeds = tuple(range(11 + 10 * round_, 15 + 10 * round_))
         logs = [cluster.run_dir / f"writer-{seed}.log" for seed in seeds]
         for log in logs:
             log.unlink(missing_ok=True)
         writers = threading.Thread(target=cluster.write_together, args=(40, seeds))
         writers.start()
-        for _ in range(2):
+        for other in others:
             # Once every writer has a ledger behind it (it writes the next): their JVMs take a while to start.
             wait_for(lambda: all(log.exists() and "ledger=" in log.read_text(errors="replace") for log in logs), 60,
                      "the writers did not start")
@@ -100,7 +100,7 @@ def _ledger_on_bookie_in_two_fragments(cluster, bookie, other) -> LedgerMetadata
                 if (meta.is_closed and meta.digest_type is not DigestType.DUMMY and len(fragments) >= 2
                         and fragments[0].last_entry_id - fragments[0].first_entry_id >= 6):
                     return meta
-    raise AssertionError(f"no ledger of {bookie.name} changed its ensemble while {other.name} restarted")
+    raise AssertionError(f"no ledger of {bookie.name} changed its ensemble while {[o.name for o in others]} restarted")
 
 
 def test_a_bookie_killed_while_its_agent_repairs_loses_no_mark_and_ends_re_replicated(tmp_path):
@@ -108,8 +108,8 @@ def test_a_bookie_killed_while_its_agent_repairs_loses_no_mark_and_ends_re_repli
     # process dies meanwhile and the Auditor marks every ledger of it. The mark of the damaged ledger asks
     # for its other fragment on the dead bookie too: it must stay until that is re-replicated as well.
     with LiveCluster(tmp_path / "bk", bookie_count=5) as cluster:
-        bookie2, bookie3 = cluster.bookies[1], cluster.bookies[2]
-        ledger = _ledger_on_bookie_in_two_fragments(cluster, bookie2, bookie3)
+        bookie2 = cluster.bookies[1]
+        ledger = _ledger_on_bookie_in_two_fragments(cluster, bookie2, cluster.bookies[2:])
         first = next(f for f in ledger.fragments() if bookie2.bookie_id in f.bookies)
         index = first.bookie_index(bookie2.bookie_id)
         rot = next(e for e in range(first.first_entry_id + 1, first.last_entry_id) if first.holds(index, e))
