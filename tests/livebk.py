@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -434,13 +435,7 @@ class LiveCluster:
         Done by BookKeeper's own client (``tests/live/ReadEveryCopy.java``, compiled here against the kit's
         jars), which checks each copy's digest with BookKeeper's DigestManager.
         """
-        classes = self.run_dir / "read-every-copy"
-        if not (classes / "ReadEveryCopy.class").is_file():
-            javac = shutil.which("javac")
-            if javac is None:
-                raise LiveClusterError("javac is not installed (Debian's default-jdk-headless; ./dev test installs it)")
-            subprocess.run([javac, "-proc:none", "-nowarn", "-cp", f"{self.kit / 'lib'}/*", "-d", str(classes),
-                            str(_READER_SOURCE)], check=True, capture_output=True, timeout=timeout)
+        classes = self._compiled(_READER_SOURCE)
         java = shutil.which("java") or "java"
         done = subprocess.run(
             [java, f"-Dlog4j2.configurationFile={self.kit / 'log4j2.xml'}", *_BOOKIE_JAVA_OPTIONS,
@@ -449,6 +444,56 @@ class LiveCluster:
         if done.returncode != 0:
             raise LiveClusterError(f"ReadEveryCopy exited with {done.returncode}: {done.stderr[-3000:]}")
         return ClientView.parse(done.stdout)
+
+    def split_ledger(self, leaving: LiveBookie, joining: LiveBookie, entries_per_half: int = 20,
+                     timeout: float = 180.0) -> int:
+        """A closed ledger in two fragments, written by BookKeeper's own client (``tests/live/SplitLedger.java``):
+        its first half on the three bookies running now (``leaving`` among them, ``joining`` stopped), its second
+        on the same three with ``leaving`` replaced by ``joining``. Both run again afterwards. Its id."""
+        classes = self._compiled(_SPLITTER_SOURCE)
+        java = shutil.which("java") or "java"
+        tool = subprocess.Popen(
+            [java, f"-Dlog4j2.configurationFile={self.kit / 'log4j2.xml'}", *_BOOKIE_JAVA_OPTIONS,
+             "-cp", f"{self.kit / 'lib'}/*:{classes}", "SplitLedger", self.metadata_uri, str(entries_per_half)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        watchdog = threading.Timer(timeout, tool.kill)
+        watchdog.start()
+        try:
+            first = []
+            for line in tool.stdout:  # BookKeeper's client logs to the same stream
+                if line.startswith("first "):
+                    first = line.split()
+                    break
+            if first[:1] != ["first"] or leaving.bookie_id not in first[2].split(","):
+                raise LiveClusterError(f"SplitLedger's first half is not on {leaving.name}: {first}; "
+                                       f"{tool.stderr.read()[-3000:] if tool.poll() is not None else ''}")
+            joining.start()
+            time.sleep(2)  # the client sees the new registration through its watch on the bookies' znodes
+            leaving.stop()
+            tool.stdin.write("go\n")
+            tool.stdin.flush()
+            out, err = tool.communicate()
+        finally:
+            watchdog.cancel()
+            if tool.poll() is None:
+                tool.kill()
+                tool.wait()
+        ensembles = [line.split()[2].split(",") for line in out.splitlines() if line.startswith("ensemble ")]
+        if tool.returncode != 0 or len(ensembles) != 2 or joining.bookie_id not in ensembles[1]:
+            raise LiveClusterError(f"SplitLedger exited with {tool.returncode}, ensembles {ensembles}: {err[-3000:]}")
+        leaving.start()
+        return int(first[1])
+
+    def _compiled(self, source: Path) -> Path:
+        """The directory of ``source``'s class, compiled against the kit's jars once per cluster."""
+        classes = self.run_dir / source.stem
+        if not (classes / f"{source.stem}.class").is_file():
+            javac = shutil.which("javac")
+            if javac is None:
+                raise LiveClusterError("javac is not installed (Debian's default-jdk-headless; ./dev test installs it)")
+            subprocess.run([javac, "-proc:none", "-nowarn", "-cp", f"{self.kit / 'lib'}/*", "-d", str(classes),
+                            str(source)], check=True, capture_output=True, timeout=300)
+        return classes
 
     def shell(self, *args: str, conf: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess:
         """Run BookKeeper's own ``BookieShell`` (a real client) with a bookie's conf (bookie1's by default)."""
@@ -508,6 +553,7 @@ class ClientView:
 
 
 _READER_SOURCE = Path(__file__).resolve().parent / "live" / "ReadEveryCopy.java"
+_SPLITTER_SOURCE = _READER_SOURCE.with_name("SplitLedger.java")
 
 
 @pytest.fixture

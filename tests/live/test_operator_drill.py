@@ -179,12 +179,14 @@ def test_health_status_metrics_marks_and_alerts_tell_the_same_story_at_every_sta
                 agent.start().wait_ready(timeout=60)
             cluster.write_together(WRITE_SECONDS, WRITER_SEEDS)
             cluster.write_together(ROTATE_SECONDS, ROTATE_SEEDS)
+            # Read-only before the damage: the agents scan every few seconds, and one that found the damage
+            # while the marks were writable would mark it and try to move it (to no spare: "repairing").
+            _set_acl_under(zk, MARKS, READ_ONLY)
             with open_metadata(cluster.metadata_uri) as store:
                 b1.stop()
                 ledger, entry = _inject(cluster, b1, store, avoid=set())
                 b2.stop()
                 other, _ = _inject(cluster, b2, store, avoid={ledger})
-            _set_acl_under(zk, MARKS, READ_ONLY)
             for held in (ledger, other):  # as a repairer working on them would
                 zk.create(lock_path("/ledgers", held), b"drill", ephemeral=True, makepath=True)
             b1.start()
