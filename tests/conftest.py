@@ -12,8 +12,9 @@
   ``chroot + "/ledgers"``. Ephemeral znodes stay alive until the session's client closes.
 
 Under pytest-xdist (``./dev test`` runs two workers, ``--dist loadgroup``), the tests that start a
-BookKeeper cluster run one after another on one worker, and so do those that start a standalone Spark
-cluster: two of either at once would starve each other of the machine's cores.
+standalone Spark cluster run one after another on one worker (two such clusters at once would starve each
+other of the machine's cores). The live tests run on both workers, as every other test: at most two
+BookKeeper clusters at once, and each live test waits for events, not for a machine of its own.
 
 A test that leaves a child process behind fails at its teardown, and the process is killed (``process_leaks``).
 """
@@ -41,18 +42,16 @@ _chroot_numbers = itertools.count(1)
 _SLOW_KINDS = ("live", "spark", "install")  # a cluster, a JVM or a fresh venv: seconds before the first assert
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups to schedule by
 def pytest_collection_modifyitems(items):
     """Every test under tests/live/ is live; every live, spark and install test is slow too, so ``-m "not slow"``
-    is the fast tier. Under xdist, the live tests run in turn on one worker (each starts a BookKeeper cluster),
-    and so do those of the standalone Spark cluster."""
+    is the fast tier. Under xdist, the tests of the standalone Spark cluster run in turn on one worker."""
     for item in items:
         if "live" in item.path.parent.relative_to(item.config.rootpath).parts:
             item.add_marker(pytest.mark.live)
         if any(item.get_closest_marker(kind) for kind in _SLOW_KINDS):
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("live"):
-            item.add_marker(pytest.mark.xdist_group("bookkeeper_cluster"))
-        elif item.path.name == "test_audit_cluster.py":
+        if item.path.name == "test_audit_cluster.py":
             item.add_marker(pytest.mark.xdist_group("spark_cluster"))
 
 
