@@ -180,7 +180,7 @@ def test_damage_in_most_entry_logs_trips_the_breaker_within_the_first_pass(tmp_p
             report = wait_for(lambda: ((agent.health() or {}).get("repair") or {}).get("breaker", {}).get("tripped")
                               and agent.health()["repair"], 300,
                               f"the breaker did not trip: {(tmp_path / 'agent.log').read_text()[-3000:]}")
-            time.sleep(30)  # three more follow-up cycles: nothing more may move
+            time.sleep(5)  # five more follow-up cycles (one a second): nothing more may move
             report = agent.health()["repair"]
             metrics = agent.metrics()
         finally:
