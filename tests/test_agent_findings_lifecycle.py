@@ -297,3 +297,20 @@ def test_damage_opened_is_a_warning_an_orphan_ledger_only_information(book, capl
         book.record(DIR_A, [corrupt(7, 3), orphan])
     levels = {record.getMessage().split(":")[1].strip(): record.levelname for record in caplog.records}
     assert levels == {"corrupt_entry ledger 7 entry log 0": "WARNING", "orphan_ledger ledger 77": "INFO"}
+
+
+def test_the_spread_of_open_damage_counts_distinct_ledgers_and_entry_logs_per_ledger_dir(book):
+    # What the failed-disk breaker weighs every follow-up cycle: counted in the database, as reading them would.
+    from scanner.agent.marking import DISK_DAMAGE, REREPLICATED
+
+    assert book.spread(REREPLICATED, DISK_DAMAGE) == (0, 0)
+    book.record(DIR_A, [corrupt(7, 1, entry_log=3), corrupt(7, 2, entry_log=3), corrupt(8, 1, entry_log=4)])
+    book.record(DIR_B, [corrupt(9, 1, entry_log=3), missing(10, 0, 4)])
+    book.record(DIR_B, [Finding(Category.ORPHAN_LEDGER, 11, (), 5, None, "not in the metadata")])
+    ledgers, logs = book.spread(REREPLICATED, DISK_DAMAGE)
+    expected_ledgers = {f.ledger_id for f in book.findings() if f.category.needs_rereplication}
+    expected_logs = {(e.key.ledger_dir, e.finding.entry_log) for e in book.open_findings()
+                     if e.finding.category in DISK_DAMAGE and e.finding.entry_log is not None}
+    assert (ledgers, logs) == (len(expected_ledgers), len(expected_logs)) == (4, 3)
+    book.end_ledger(7, REREPLICATED, "moved")
+    assert book.spread(REREPLICATED, DISK_DAMAGE) == (3, 2)

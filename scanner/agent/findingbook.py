@@ -17,7 +17,7 @@ appended as JSON lines to ``findings-history.jsonl``, rotated at ``HISTORY_BYTES
 for one are flagged in the database.
 
 Public API (thread-safe): ``record``, ``settle``, ``begin_pass``, ``end_pass``, ``end_ledger``,
-``end_category``, ``open_findings``, ``findings``, ``counts``, ``awaiting_marks``, ``marked``.
+``end_category``, ``open_findings``, ``findings``, ``counts``, ``spread``, ``awaiting_marks``, ``marked``.
 """
 
 from __future__ import annotations
@@ -229,6 +229,20 @@ class FindingBook:
         """Open findings by category."""
         with self._lock:
             return dict(self._db.execute("SELECT category, COUNT(*) FROM findings GROUP BY category ORDER BY category"))
+
+    def spread(self, ledger_categories, log_categories) -> tuple[int, int]:
+        """How many ledgers open findings of ``ledger_categories`` name, and how many entry logs (of any ledger
+        dir) those of ``log_categories`` name: counted by the database, not by reading every finding."""
+        ledger_values = [c.value for c in ledger_categories]
+        log_values = [c.value for c in log_categories]
+        with self._lock:
+            (ledgers,), = self._db.execute(
+                f"SELECT COUNT(DISTINCT ledger_id) FROM findings WHERE category IN ({_marks(ledger_values)})",
+                ledger_values)
+            (logs,), = self._db.execute(
+                "SELECT COUNT(*) FROM (SELECT DISTINCT ledger_dir, entry_log FROM findings "
+                f"WHERE entry_log IS NOT NULL AND category IN ({_marks(log_values)}))", log_values)
+        return ledgers, logs
 
     def awaiting_marks(self) -> list[BookEntry]:
         with self._lock:

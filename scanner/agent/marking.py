@@ -30,8 +30,10 @@ from scanner.repair.zk_acls import zk_acls
 log = logging.getLogger(__name__)
 
 CYCLE_SECONDS = 120.0
+# The damage a move repairs.
+REREPLICATED = tuple(c for c in Category if c.needs_rereplication)
 # What the follow-up's end of a ledger ends: the damage it followed, and its own word that it stayed.
-FOLLOWED = tuple(c for c in Category if c.needs_rereplication) + (Category.UNREPAIRED,)
+FOLLOWED = REREPLICATED + (Category.UNREPAIRED,)
 # What a failing disk leaves in its entry logs.
 DISK_DAMAGE = (Category.DAMAGED_ENTRY_LOG, Category.CORRUPT_ENTRY, Category.LOST_ENTRY)
 
@@ -106,16 +108,11 @@ class Marking:
             self.book.end_ledger(ledger_id, FOLLOWED, f"repair follow-up: {why}")
 
     def damage_figures(self) -> DamageFigures:
-        """The damage open in the book against the bookie's size, for the failed-disk breaker."""
-        ledgers, logs = set(), set()
-        for entry in self.book.open_findings():
-            finding = entry.finding
-            if finding.category.needs_rereplication and finding.ledger_id is not None:
-                ledgers.add(finding.ledger_id)
-            if finding.entry_log is not None and finding.category in DISK_DAMAGE:
-                logs.add((entry.key.ledger_dir, finding.entry_log))
+        """The damage open in the book against the bookie's size, for the failed-disk breaker (asked every cycle,
+        so counted by the book's database, not finding by finding)."""
+        ledgers, logs = self.book.spread(REREPLICATED, DISK_DAMAGE)
         ledger_count, log_count = self.bookie_size()
-        return DamageFigures(len(ledgers), ledger_count, len(logs), log_count)
+        return DamageFigures(ledgers, ledger_count, logs, log_count)
 
     def repair_report(self) -> dict:
         """Not under the cycle's lock: a move can take minutes, /health must answer meanwhile."""

@@ -50,6 +50,7 @@ POLL_SECONDS = 1.0
 MARK_SECONDS = 5.0
 FOLLOW_UP_SECONDS = 3600.0
 MOVE_SECONDS = 1.0  # with re-replication: a move due (a new mark, a retry) is made within a second
+LOG_COUNT_SECONDS = 60.0
 CONNECT_RETRY_SECONDS = 5.0
 CONNECT_TIMEOUT_SECONDS = 2.0  # one try at start: short, so SIGTERM is served within a few seconds
 # A metadata service that never answered since the start is shown as a configuration error after this
@@ -97,6 +98,7 @@ class Agent:
         self.waiting_for_metadata: str | None = "connecting to the metadata service"
         self.marking = None
         self.workers: list[LedgerDirWorker] = []
+        self._log_count: tuple[float, int] | None = None  # (when listed, entry logs in the ledger dirs)
         self._behind: set[str] = set()  # ledger dirs whose pass the configured rate cannot finish in time
         self._unsaved = RateLimitedLog(log, logging.WARNING)
         self._watchdog_withheld = False
@@ -324,16 +326,20 @@ class Agent:
         return [w.ledger_dir for w in self.workers if w.stalled_seconds() > self.config.stall_seconds]
 
     def _bookie_size(self) -> tuple[int, int]:
-        """Ledgers in the bookie's index (as the passes counted them) and entry logs in its ledger dirs."""
+        """Ledgers in the bookie's index (as the passes counted them) and entry logs in its ledger dirs (listed at
+        most once every ``LOG_COUNT_SECONDS``: the breaker asks every follow-up cycle, and a bookie has thousands)."""
         ledgers = sum(w.status().ledgers_total for w in self.workers)
-        logs = 0
-        for current in self.layout.ledger_current_dirs:
-            try:
-                with os.scandir(current) as names:
-                    logs += sum(1 for name in names if name.name.endswith(".log"))
-            except OSError:
-                continue  # a dir that cannot be listed: its worker reports it
-        return ledgers, logs
+        now = time.monotonic()
+        if self._log_count is None or now - self._log_count[0] >= LOG_COUNT_SECONDS:
+            logs = 0
+            for current in self.layout.ledger_current_dirs:
+                try:
+                    with os.scandir(current) as names:
+                        logs += sum(1 for name in names if name.name.endswith(".log"))
+                except OSError:
+                    continue  # a dir that cannot be listed: its worker reports it
+            self._log_count = (now, logs)
+        return ledgers, self._log_count[1]
 
     def _follow_up(self) -> None:
         def reverify(ledger_id: int):
