@@ -23,6 +23,7 @@ from typing import Callable, Iterator, NamedTuple
 
 from scanner.storage.entry import METADATA_LENGTH
 from scanner.storage.pagecache import CHUNK_SIZE, PageCacheGuest
+from scanner.storage.read_only import open_read_only
 
 FINGERPRINT = b"BKLO"
 LEGACY_HEADER_SIZE = 1024
@@ -204,7 +205,7 @@ class EntryLog:
         self._reported: set[tuple[type, int | None]] = set()
         self._ledgers_map: dict[int, int] | None = None
         self._ledgers_map_read = False
-        self._fd = _open_read_only(self.path, entry_log_id)
+        self._fd = _open_log(self.path, entry_log_id)
         self._guest = PageCacheGuest(self._fd)  # every read, header and map too: what it fetched goes on close
         try:
             self.size = os.fstat(self._fd).st_size
@@ -609,13 +610,9 @@ class RecordCursor:
         self._log.release_all()
 
 
-def _open_read_only(path: str, entry_log_id: int) -> int:
+def _open_log(path: str, entry_log_id: int) -> int:
     try:
-        try:
-            # O_NOATIME: reading must not even touch the bookie's file metadata (allowed to the owner or root).
-            return os.open(path, os.O_RDONLY | os.O_NOATIME | os.O_CLOEXEC)
-        except PermissionError:
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return open_read_only(path)
     except FileNotFoundError as exc:
         raise MissingEntryLog(path, entry_log_id, None,
                               "the file does not exist (deleted by garbage collection?)") from exc

@@ -21,6 +21,7 @@ from scanner.scan.native import native_code
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation, nonzero_slots, zeroed_uint64
 from scanner.storage.pagecache import PageCacheGuest
+from scanner.storage.read_only import open_read_only
 
 HEADER_SIZE = 1024
 SIGNATURE = b"BKLE"
@@ -204,7 +205,7 @@ def close_unread(guest: PageCacheGuest | None) -> None:
 
 def _opened_ahead(path: str) -> PageCacheGuest | None:
     try:
-        guest = PageCacheGuest(_open_read_only(path))
+        guest = PageCacheGuest(open_read_only(path))
     except OSError:
         return None  # gone since the listing, or unreadable: the reader finds out by path
     guest.fetch_ahead(HEADER_SIZE + _READ_CHUNK)
@@ -229,7 +230,7 @@ class IndexFile:
     def __init__(self, path: Path, guest: PageCacheGuest | None = None):
         """``guest``: the file already open, as :func:`fetched_ahead` opened it (then this reader owns it)."""
         self.path = Path(path)
-        self._guest = guest if guest is not None else PageCacheGuest(_open_read_only(self.path))
+        self._guest = guest if guest is not None else PageCacheGuest(open_read_only(self.path))
         self._fd = self._guest.fd
         try:
             self.size = os.fstat(self._fd).st_size
@@ -294,14 +295,6 @@ class IndexFile:
         for start in range(HEADER_SIZE + len(first), HEADER_SIZE + slot_bytes, _ARRAY_CHUNK):
             length = min(_ARRAY_CHUNK, HEADER_SIZE + slot_bytes - start)
             yield start, bytes(self._guest.read(start, length, ahead=True)), length
-
-
-def _open_read_only(path: Path) -> int:
-    try:
-        # O_NOATIME: reading must not even touch the bookie's file metadata (allowed to the owner or root)
-        return os.open(path, os.O_RDONLY | os.O_NOATIME | os.O_CLOEXEC)
-    except PermissionError:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
 
 def parse_index_header(head: bytes, path: Path) -> tuple[int, LedgerState]:
