@@ -37,10 +37,10 @@ from typing import Callable, Sequence
 from prometheus_client import Counter
 
 from scanner.checks.findings import Category, EntryRanges, Finding, count_in_ranges
-from scanner.heal.journal import RepairJournal
 from scanner.repair.filer import FilingReport, MarkFiler
 from scanner.repair.marks import DamagedMark, UnderreplicationMarks
 from scanner.repair.planner import Action, LedgerPlan, damage_by_ledger, plan_ledger
+from scanner.repair.repair_journal import RepairJournal
 from scanner.repair.rereplicate import Attempt, Outcome, Rereplicator
 from scanner.statefile import DamagedStateFile, read_json, write_json
 
