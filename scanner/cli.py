@@ -9,6 +9,7 @@ import sys
 import traceback
 from typing import NoReturn
 
+from scanner.errors import UsageError
 from scanner.scan import allocator
 
 # Each module defines ``register(subparsers)``, which adds its parser and sets ``func`` (args -> exit code).
@@ -33,10 +34,6 @@ EXIT_USAGE = 2  # the operator fixes the command line, the config or what they n
 EXIT_CRASH = 70  # an unexpected error (sysexits' EX_SOFTWARE): a bug or an unforeseen condition; worth a restart
 EXIT_INTERRUPTED = 130  # as a shell reports SIGINT
 EXIT_BROKEN_PIPE = 141  # as a shell reports SIGPIPE: whoever read the output stopped reading (`| head`)
-
-
-class UsageError(Exception):
-    """A problem the operator fixes on the command line or in a config file (exit status 2)."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -123,7 +120,4 @@ def _one_line(message: str) -> str:
 
 
 if __name__ == "__main__":
-    # Run through the package module, so commands raise the same UsageError class this main catches.
-    from scanner.cli import main as package_main
-
-    sys.exit(package_main())
+    sys.exit(main())

@@ -6,9 +6,9 @@ import argparse
 import datetime
 from pathlib import Path
 
-from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_metadata_option
 from scanner.commands.output import add_format_option, emit
+from scanner.errors import UsageError
 
 DESCRIPTION = """\
 List every ledger marked under-replicated in ZooKeeper (read-only): the bookies whose copies the

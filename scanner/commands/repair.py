@@ -74,9 +74,9 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from scanner.bookie_protocol.transport import TransportRefused
     from scanner.checks.findings import merge_ranges
-    from scanner.cli import UsageError
     from scanner.commands.scan import check_narrowing
     from scanner.envelope import envelope, write_document
+    from scanner.errors import UsageError
     from scanner.metadata.store import MetadataUnavailable
     from scanner.metadata.zookeeper import ZooKeeperStore
     from scanner.repair.placement.settings import PlacementSettingsError
