@@ -51,7 +51,7 @@ class _VersionAction(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         from scanner.envelope import tool_version
-        from scanner.scan.native import walker_in_use
+        from scanner.native.switch import walker_in_use
 
         print(f"{parser.prog} {tool_version()} (record walker: {walker_in_use()})")
         parser.exit(0)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from scanner.cli import main
-from scanner.scan.native import WALKER_VARIABLE
+from scanner.native.switch import WALKER_VARIABLE
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real-bookkeeper-4.16.7"
 BOOKIES = ("bookie1", "bookie2", "bookie3", "bookie4")

@@ -13,8 +13,8 @@ import pytest
 from corpus import CORPUS
 from journal_files import HEADER, journal_holds, journal_record
 from scanner.metadata.snapshot import SnapshotStore
+from scanner.native.switch import WALKER_VARIABLE
 from scanner.scan.full_pass import BookiePass
-from scanner.scan.native import WALKER_VARIABLE
 from scanner.storage.bookie import open_bookie
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
@@ -198,8 +198,8 @@ def test_a_ledger_whose_index_appears_during_the_pass_pointing_into_the_buffer_i
     """Live, the bookie created a ledger's .idx after the pass had listed the index files; by the time the pass
     judged that ledger, the index pointed into the newest log, still empty on disk, at entries the journal
     held since the last mark. That is the entry logger's buffer, not loss."""
-    import scanner.scan.full_pass as bookie_pass
     from scanner.storage.indexfile import find_index_file
+    import scanner.scan.full_pass as bookie_pass
 
     layout, pointed = _newest_log_emptied(tmp_path / "bookie", "bookie1")
     late = min(ledger_id for ledger_id, _ in pointed)

@@ -17,9 +17,9 @@ from corpus import CORPUS, scan_with_both_walkers
 from faults.inject import copy_ledger_dir, overwrite
 from faults.pristine import DUMP, RECORDS_START, pristine
 from scanner.metadata.snapshot import SnapshotStore
+from scanner.native.switch import WALKER_VARIABLE
 from scanner.scan import full_pass
 from scanner.scan.full_pass import BookiePass
-from scanner.scan.native import WALKER_VARIABLE
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
 from test_entrylog import BLOCK, direct_log, entry, record

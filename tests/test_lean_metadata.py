@@ -17,7 +17,7 @@ from fuzz.budget import fuzz_settings
 from scanner.metadata.ledger import (LedgerMetadata, LedgerState, parse_ledger_metadata,
                                      serialize_ledger_metadata)
 from scanner.metadata.ledger_paths import LedgerManager, ledger_id_from_path
-from scanner.scan import lean_metadata
+from scanner.native import switch
 from scanner.scan.lean_metadata import lean_ledgers, lean_reference
 from scanner.storage.entry import DigestType
 
@@ -26,7 +26,7 @@ BOOKIES = [f"10.0.0.{i}:3181" for i in range(1, 6)]
 
 
 def native(ledger_id: int, data, bookie_id: str, entry_ids):
-    return lean_metadata._lean_meta.lean_batch([ledger_id], [data], bookie_id.encode(), [entry_ids])[0]
+    return switch._lean_meta.lean_batch([ledger_id], [data], bookie_id.encode(), [entry_ids])[0]
 
 
 def agrees(ledger_id: int, data, bookie_id: str, entry_ids) -> bool:
@@ -66,7 +66,7 @@ def corpus_nodes() -> list[tuple[int, bytes]]:
 
 
 def test_the_lean_decoder_is_built():
-    assert lean_metadata._lean_meta is not None
+    assert switch._lean_meta is not None
 
 
 def test_every_corpus_ledger_decodes_lean_as_the_reference_decodes_it():

@@ -7,9 +7,9 @@ from array import array
 
 import pytest
 
-import scanner.scan.location_runs as location_runs
+from scanner.native.switch import WALKER_VARIABLE
 from scanner.scan.location_runs import LocationRuns
-from scanner.scan.native import WALKER_VARIABLE
+import scanner.scan.location_runs as location_runs
 
 
 def _index(rng: random.Random, ledgers: int, logs: int) -> dict[int, list[tuple[int, int]]]:

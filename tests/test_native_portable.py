@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from corpus import reference_walker
-from scanner.scan import native
+from scanner.native import switch as native
 from scanner.storage.indexfile import index_files
 
-SOURCES = Path(__file__).resolve().parents[1] / "scanner" / "scan"
+SOURCES = Path(__file__).resolve().parents[1] / "scanner" / "native"
 
 # A POSIX system without Linux's extras, as far as the native code can tell: the system headers come first (their
 # guards keep them from coming again), then what Linux adds is taken away; any use of it left fails to compile.

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from corpus import reference_walker
 from scanner.cli import main
-from scanner.scan import native, walker
+from scanner.native import switch as native
+from scanner.scan import walker
 from scanner.scan.completeness import owned_count
 from scanner.scan.ledger_table import LedgerTable
 from scanner.scan.location_sort import merged_by_location, sorted_by_location
@@ -51,7 +52,7 @@ def test_the_native_walker_is_built_and_walks_unless_told_otherwise(tmp_path, ca
 @given(data=st.one_of(st.binary(max_size=300), st.sampled_from(LENGTHS).map(os.urandom)),
        value=st.integers(0, 2**32 - 1), offset=st.integers(0, 15))
 def test_the_crcs_are_the_libraries(data, value, offset):
-    from scanner.scan import _native
+    from scanner.native import _native
 
     view = memoryview(os.urandom(offset) + data)[offset:]  # at every alignment, as records lie in a chunk
     assert _native.crc32c(view, value) == crc32c.crc32c(data, value)

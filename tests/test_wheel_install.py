@@ -52,7 +52,7 @@ def test_the_wheel_is_for_this_platform_and_holds_both_extensions(wheel):
     assert not wheel.name.endswith("-none-any.whl"), wheel.name
     names = zipfile.ZipFile(wheel).namelist()
     for module in ("_native", "_lean_meta"):
-        assert any(n.startswith(f"scanner/scan/{module}.") and n.endswith(".so") for n in names), names
+        assert any(n.startswith(f"scanner/native/{module}.") and n.endswith(".so") for n in names), names
 
 
 def test_without_a_compiler_the_installed_wheel_walks_natively(wheel_venv):

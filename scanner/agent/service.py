@@ -36,7 +36,7 @@ from scanner.agent.worker import LedgerDirWorker, WorkerSettings
 from scanner.checks.findings import Category
 from scanner.metadata.store import MetadataMisconfigured, MetadataUnavailable
 from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
-from scanner.scan.native import walker_in_use
+from scanner.native.switch import walker_in_use
 from scanner.scan.targeted import BookieScanner
 from scanner.statefile import write_problem
 from scanner.storage.bookie import open_bookie

@@ -19,6 +19,7 @@ from array import array
 from collections.abc import Iterable
 
 from scanner.metadata.store import ZNode
+from scanner.native.switch import lean_meta_code, native_code
 
 # path length, data length (-1: no data), ephemeral, mzxid, version, whether ctime is known, ctime
 _HEADER = struct.Struct("<IiBqqBq")
@@ -178,12 +179,9 @@ class ZNodeTable:
 
 
 def native_helpers():
-    """The native helpers (``scanner.scan._lean_meta``: packing, finding, parsing records) when the scan's native
-    code runs, else None (the Python forms here and in :mod:`scanner.metadata.snapshot` are the reference)."""
-    from scanner.scan.lean_metadata import _lean_meta
-    from scanner.scan.native import native_code
-
-    return _lean_meta if _lean_meta is not None and native_code() is not None else None
+    """The native helpers (``scanner.native._lean_meta``: packing, finding, parsing records) when the native code
+    runs, else None (the Python forms here and in :mod:`scanner.metadata.snapshot` are the reference)."""
+    return lean_meta_code()
 
 
 def _key(path: str) -> int:
@@ -202,9 +200,7 @@ def _record(span: bytes, at: int, path_only: bool) -> tuple | str:
 
 
 def _sorted_by_key(keys: array) -> tuple[array, array]:
-    """(the keys ascending, the record number of each), sorted natively where the scan's native code runs."""
-    from scanner.scan.native import native_code
-
+    """(the keys ascending, the record number of each), sorted natively where the native code runs."""
     numbers = array("Q", range(len(keys)))
     native = native_code()
     if native is not None:

@@ -26,8 +26,8 @@ from array import array
 from pathlib import Path
 from typing import Iterator
 
+from scanner.native.switch import native_code
 from scanner.scan.location_sort import log_ids_of, merged_by_location, sorted_by_location
-from scanner.scan.native import native_code
 from scanner.scan.walk_data import ExpectedRecords
 from scanner.storage.location import zeroed_uint64
 

@@ -3,7 +3,7 @@ locations into the log matched against the records the walk meets.
 
 Two forms behind one interface (:func:`walk_records`): the native walker (:mod:`scanner.scan.native_walker`,
 its per-record work in C) when the extension is built, and the Python walker (:mod:`scanner.scan.python_walker`),
-the reference, which ``BOOKIE_SCANNER_WALKER=python`` forces (:mod:`scanner.scan.native`). Both find the same;
+the reference, which ``BOOKIE_SCANNER_WALKER=python`` forces (:mod:`scanner.native.switch`). Both find the same;
 the tests check it.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from scanner.scan.native import native_code
+from scanner.native.switch import native_code
 from scanner.scan.python_walker import PythonWalk
 from scanner.scan.walk_data import ExpectedRecords, KnownLedgers, VerifierFor
 from scanner.storage.entrylog import EntryLog

@@ -1,5 +1,6 @@
-"""Whether the scan's native code runs (``scanner.scan._native``): when it was built at install, unless
-``BOOKIE_SCANNER_WALKER=python`` asks for the Python forms (the reference), which then run everywhere."""
+"""Whether the scanner's native code runs (``scanner.native._native``, ``scanner.native._lean_meta``): when it was
+built at install, unless ``BOOKIE_SCANNER_WALKER=python`` asks for the Python forms (the reference), which then run
+everywhere."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import os
 WALKER_VARIABLE = "BOOKIE_SCANNER_WALKER"
 
 try:
-    from scanner.scan import _native
+    from scanner.native import _native
     _NOT_BUILT = None
 except ImportError as error:  # installed without a C compiler: the extension was not built
     _native = None
     _NOT_BUILT = str(error)
+
+try:
+    from scanner.native import _lean_meta
+except ImportError:  # installed without a C compiler
+    _lean_meta = None
 
 
 def native_code():
@@ -20,6 +26,12 @@ def native_code():
     if _native is None or os.environ.get(WALKER_VARIABLE, "native").strip().lower() == "python":
         return None
     return _native
+
+
+def lean_meta_code():
+    """The lean metadata decoder and the dump store's record helpers (``_lean_meta``) when the native code is to be
+    used, else None."""
+    return _lean_meta if _lean_meta is not None and native_code() is not None else None
 
 
 def walker_in_use() -> str:

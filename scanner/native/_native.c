@@ -891,7 +891,7 @@ static PyMethodDef Walker_methods[] = {
 };
 
 static PyTypeObject WalkerType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "scanner.scan._native.Walker",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "scanner.native._native.Walker",
     .tp_basicsize = sizeof(Walker),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Walker(end, max_length): the per-record work of one walk of one entry log",
@@ -1898,7 +1898,7 @@ static void IndexWindow_dealloc(IndexWindow *self) {
 }
 
 static PyTypeObject IndexWindowType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "scanner.scan._native.IndexWindow",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "scanner.native._native.IndexWindow",
     .tp_basicsize = sizeof(IndexWindow),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "`.idx` files open_index_files opened: read_index_files reads them, close_index_files closes them",
