@@ -17,7 +17,7 @@ from scanner.repair.filer import MarkFiler
 from scanner.repair.followup import STATE_FILE, FollowUp, Stage, escalate_now, expand_command
 from scanner.repair.marks import UnderreplicationMarks, mark_path
 from scanner.repair.rereplicate import Outcome
-from scanner.scan.targeted import BookieScanner
+from scanner.scan.targeted import LedgerScanner
 from scanner.statefile import read_json
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
@@ -47,7 +47,7 @@ def cluster(zookeeper, zk_load_dump):
 def scanner(cluster):
     _, store = cluster
     layout = discover_layout(CORPUS / "bookie-configs" / "bookie1.conf", ledger_dirs=(COPY,))
-    with open_bookie(layout) as storage, BookieScanner(storage, store, layout.bookie_id) as scanner:
+    with open_bookie(layout) as storage, LedgerScanner(storage, store, layout.bookie_id) as scanner:
         yield scanner
 
 

@@ -37,7 +37,7 @@ from scanner.checks.findings import Category
 from scanner.metadata.store import MetadataMisconfigured, MetadataUnavailable
 from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
 from scanner.native.switch import walker_in_use
-from scanner.scan.targeted import BookieScanner
+from scanner.scan.targeted import LedgerScanner
 from scanner.statefile import write_problem
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import LayoutError
@@ -338,7 +338,7 @@ class Agent:
     def _follow_up(self) -> None:
         def reverify(ledger_id: int):
             with open_bookie(self.layout, work_dir=self.state_dir / "work") as storage, \
-                    BookieScanner(storage, self.metadata, self.layout.bookie_id) as scanner:
+                    LedgerScanner(storage, self.metadata, self.layout.bookie_id) as scanner:
                 return scanner.scan_ledger(ledger_id, verify_digests=True)
 
         self.marking.follow_up(reverify)

@@ -1,7 +1,7 @@
 /*
  * The record walker's per-record work in C: framing, header parse, CRC32C and CRC32 digests, the comparison
- * with the stored digest, and the match with the index's locations. scanner/scan/native_walker.py drives it
- * chunk by chunk; scanner/scan/python_walker.py is the reference it must agree with.
+ * with the stored digest, and the match with the index's locations. scanner/scan/record_walk_in_c.py drives it
+ * chunk by chunk; scanner/scan/record_walk_in_python.py is the reference it must agree with.
  *
  * A call walks the records of one chunk (a buffer holding bytes [base, base + len) of the file) from a record
  * boundary, with the GIL released, and returns at the first thing it cannot decide alone: a pace stop, a record

@@ -292,7 +292,7 @@ class FollowUp:
         """Check every tracked ledger that is due once; state is saved after each change.
 
         ``store.ledger(id)`` gives fresh metadata (None: deleted); ``reverify(id)`` re-checks the
-        ledger's copies on this bookie, digests included (``BookieScanner.scan_ledger(id, verify_digests=True)``).
+        ledger's copies on this bookie, digests included (``LedgerScanner.scan_ledger(id, verify_digests=True)``).
         Without ``may_move`` (the failed-disk breaker is open) nothing is moved: the marks stay for the workers.
         """
         report = CycleReport()

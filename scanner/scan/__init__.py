@@ -3,7 +3,9 @@
 Imports go one way, each module using only those above it:
 
 - ``pacing``, ``totals``, ``orphans``, ``ledger_table``, ``allocator``: small parts
-- ``walker``: one entry log's records walked, verified and matched with the index's locations
+- ``record_walk``: one entry log's records walked, verified and matched with the index's locations, in one of two
+  forms: ``record_walk_in_c`` (the per-record work in the native code) or ``record_walk_in_python`` (the reference);
+  ``record_walk_types``: what goes into a walk and comes out of it, whichever form walks
 - ``location_runs``: the index's locations sorted by where they point, served per log to the walker
 - ``targeted``: one ledger through its index by random reads (``scan --ledger``, suspects, confirmation)
 - ``full_pass``: a pass over a bookie or one ledger dir (index once, every log once), and chosen logs alone

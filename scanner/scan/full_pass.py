@@ -36,18 +36,18 @@ from typing import Callable, Iterator
 from scanner.checks.entry_log_check import judge_entry_log
 from scanner.checks.findings import Category, Finding
 from scanner.checks.ledger_check import LedgerEvidence, RecordFault, judge_ledger, judge_record_faults
-from scanner.metadata.store import LedgerRead
 from scanner.metadata.ledger import LedgerMetadata
+from scanner.metadata.store import LedgerRead
 from scanner.scan.completeness import holds_every_entry
 from scanner.scan.lean_metadata import LeanLedger, lean_ledgers
 from scanner.scan.ledger_table import LedgerTable
 from scanner.scan.location_runs import LocationRuns
 from scanner.scan.orphans import OrphanTrace, orphan_findings
 from scanner.scan.pacing import Pacer, Unpaced
-from scanner.scan.targeted import BookieScanner, verifier_of
+from scanner.scan.record_walk import walk_records
+from scanner.scan.record_walk_types import KnownLedgers
+from scanner.scan.targeted import LedgerScanner, verifier_of
 from scanner.scan.totals import ScanTotals
-from scanner.scan.walk_data import KnownLedgers
-from scanner.scan.walker import walk_records
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size
 from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entry import DIGEST_LENGTH, DigestType, DigestVerifier
@@ -99,7 +99,7 @@ class _LogWalk:
 
     log_file: EntryLogFile
     entry_log: EntryLog
-    walk: object  # a walk from scanner.scan.walker.walk_records
+    walk: object  # a walk from scanner.scan.record_walk.walk_records
     whole: bool  # walked from its first record (so its ledgers map can be checked)
     faults: dict[int, list[RecordFault]] = field(default_factory=lambda: defaultdict(list))
     drained: int = 0  # index faults of the walk already among ``faults``
@@ -415,7 +415,7 @@ class BookiePass:
         if verifier is None or getattr(verifier, "digest_type", None) is None:
             return
         location = EntryLocation(state.log_file.entry_log_id, record.pos)
-        with self.reopen() as fresh, BookieScanner(fresh, self.store, self.bookie_id) as scanner:
+        with self.reopen() as fresh, LedgerScanner(fresh, self.store, self.bookie_id) as scanner:
             length = scanner.length_from_headers(record.ledger_id, record.entry_id, location,
                                                  DIGEST_LENGTH[verifier.digest_type])
             if length is None:
@@ -428,7 +428,7 @@ class BookiePass:
             f"its length prefix says {record.length} bytes; the bookie's own files make the entry {length} bytes "
             "long: it is served cut short"))
 
-    def _length_to_next_record(self, scanner: BookieScanner, location: EntryLocation, end: int) -> int | None:
+    def _length_to_next_record(self, scanner: LedgerScanner, location: EntryLocation, end: int) -> int | None:
         """The length of the entry at ``location`` if it runs up to the next record the index holds in the log,
         which is there and is that entry; None when there is none (or no index was read)."""
         if self.runs is None:
@@ -596,7 +596,7 @@ class BookiePass:
         # written an index page that points into its entry logger's buffer, not yet into the file.
         lost = {ledger_id for ledger_id in ledgers if any(fault.lost for fault in faults.get(ledger_id, ()))}
         pending = pending_entries(self.storage.layout, set(with_index) | lost)
-        with self.reopen() as fresh, BookieScanner(fresh, self.store, self.bookie_id) as scanner:
+        with self.reopen() as fresh, LedgerScanner(fresh, self.store, self.bookie_id) as scanner:
             for start in range(0, len(ledgers), METADATA_BATCH):
                 for read in self.store.ledger_batch(ledgers[start:start + METADATA_BATCH]):
                     settles_at = None if settled else _settles_at(read)
@@ -628,7 +628,7 @@ class BookiePass:
                                           again=again))
         return findings
 
-    def _confirm_ledger(self, scanner: BookieScanner, read: LedgerRead, faults, with_index: bool,
+    def _confirm_ledger(self, scanner: LedgerScanner, read: LedgerRead, faults, with_index: bool,
                         pending: set[tuple[int, int]]) -> list[Finding]:
         ledger_id = read.ledger_id
         if read.error is not None:
@@ -675,7 +675,7 @@ class BookiePass:
         and the log's copy still to be flushed (the bookie serves them from its entry logger's buffer)."""
         return tuple(f for f in faults if not (f.lost and (ledger_id, f.entry_id) in pending))
 
-    def _still_faulty(self, scanner: BookieScanner, ledger_id: int, faults) -> tuple[RecordFault, ...]:
+    def _still_faulty(self, scanner: LedgerScanner, ledger_id: int, faults) -> tuple[RecordFault, ...]:
         """The walk's faults of the ledger that the index, read now, still points at and that still fail."""
         if not faults:
             return ()
