@@ -13,7 +13,7 @@ import pytest
 from corpus import CORPUS
 from journal_files import HEADER, journal_holds, journal_record
 from scanner.metadata.snapshot import SnapshotStore
-from scanner.native.switch import WALKER_VARIABLE
+from scanner.native.switch import NATIVE_VARIABLE
 from scanner.scan.full_pass import BookiePass
 from scanner.storage.bookie import open_bookie
 from scanner.storage.journal import pending_entries
@@ -82,7 +82,7 @@ def test_a_log_deleted_under_the_walk_is_walked_to_its_end(tmp_path):
 def test_each_checkpoint_comes_before_the_pacer_holds_the_walk(tmp_path, monkeypatch, walker):
     # bookie1's 0.log holds records of 85 KB: at a 62.5 KB interval the walk pays 131 KB at once, half a
     # second at 250 kB/s. A restart during that wait must resume past those bytes, so the checkpoint comes first.
-    monkeypatch.setenv(WALKER_VARIABLE, walker)
+    monkeypatch.setenv(NATIVE_VARIABLE, "1" if walker == "native" else "0")
     layout = _copy(tmp_path, "bookie1")
     events = []
 

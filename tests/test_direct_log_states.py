@@ -17,7 +17,7 @@ from corpus import CORPUS, scan_with_both_walkers
 from faults.inject import copy_ledger_dir, overwrite
 from faults.pristine import DUMP, RECORDS_START, pristine
 from scanner.metadata.snapshot import SnapshotStore
-from scanner.native.switch import WALKER_VARIABLE
+from scanner.native.switch import NATIVE_VARIABLE
 from scanner.scan import full_pass
 from scanner.scan.full_pass import BookiePass
 from scanner.storage.bookie import open_bookie
@@ -108,7 +108,7 @@ def _copy_with_map_to_come(model, tmp_path: Path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("walker", ["native", "python"])
 def test_a_map_written_a_moment_after_the_header_that_announces_it_is_no_finding(capsys, tmp_path, monkeypatch,
                                                                                walker):
-    monkeypatch.setenv(WALKER_VARIABLE, walker)
+    monkeypatch.setenv(NATIVE_VARIABLE, "1" if walker == "native" else "0")
     model = pristine("bookie3", capsys)
     copy, path = _copy_with_map_to_come(model, tmp_path)
 
@@ -129,7 +129,7 @@ def test_a_map_written_a_moment_after_the_header_that_announces_it_is_no_finding
 
 @pytest.mark.parametrize("walker", ["native", "python"])
 def test_a_map_the_header_announces_that_never_comes_is_damage(capsys, tmp_path, monkeypatch, walker):
-    monkeypatch.setenv(WALKER_VARIABLE, walker)
+    monkeypatch.setenv(NATIVE_VARIABLE, "1" if walker == "native" else "0")
     monkeypatch.setattr(full_pass, "MAP_WRITE_WAIT", 0.5)
     model = pristine("bookie3", capsys)
     copy, path = _copy_with_map_to_come(model, tmp_path)

@@ -42,7 +42,7 @@ def test_the_native_walker_is_built_and_walks_unless_told_otherwise(tmp_path, ca
         assert type(record_walk.walk_records(entry_log, lambda ledger: None)) is NativeWalk
         with reference_walker():
             assert type(record_walk.walk_records(entry_log, lambda ledger: None)) is PythonWalk
-            assert native.walker_in_use() == "python, forced by BOOKIE_SCANNER_WALKER=python"
+            assert native.walker_in_use() == "python, forced by BOOKIE_SCANNER_NATIVE=0"
             assert native.native_code() is None
     assert main(["--version"]) == 0
     assert "(record walker: native, CRC32C with " in capsys.readouterr().out

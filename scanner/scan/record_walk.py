@@ -3,7 +3,7 @@ locations into the log matched against the records the walk meets.
 
 Two forms behind one interface (:func:`walk_records`): the native walker (:mod:`scanner.scan.record_walk_in_c`,
 its per-record work in C) when the extension is built, and the Python walker (:mod:`scanner.scan.record_walk_in_python`),
-the reference, which ``BOOKIE_SCANNER_WALKER=python`` forces (:mod:`scanner.native.switch`). Both find the same;
+the reference, which ``BOOKIE_SCANNER_NATIVE=0`` forces (:mod:`scanner.native.switch`). Both find the same;
 the tests check it.
 """
 
