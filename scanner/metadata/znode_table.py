@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Iterable
 
 from scanner.metadata.store import ZNode
-from scanner.native.switch import lean_meta_code, native_code
+from scanner.native.switch import native_code
 
 # path length, data length (-1: no data), ephemeral, mzxid, version, whether ctime is known, ctime
 _HEADER = struct.Struct("<IiBqqBq")
@@ -99,7 +99,7 @@ class ZNodeTable:
     def _records_of(self, paths: list[str]) -> list[tuple]:
         """The record fields of those of ``paths`` there are (others with the same hashes too)."""
         absolute = [path for path in paths if path.startswith("/")]
-        native = native_helpers()
+        native = native_code()
         if native is None:
             return self._read({number for path in absolute for number in self._numbers_of(path)})
         candidates = set()
@@ -149,7 +149,7 @@ class ZNodeTable:
                     return []
                 span = os.pread(self._fd, starts[numbers[j - 1] + 1] - first, first)
             offsets = [starts[number] - first for number in numbers[i:j]]
-            native = native_helpers()
+            native = native_code()
             if native is None:
                 found.extend(_record(span, at, paths_only) for at in offsets)
             else:
@@ -176,12 +176,6 @@ class ZNodeTable:
         for parent, children in self._children.items():
             if any(number in replaced for number in children):
                 self._children[parent] = array("I", (number for number in children if number not in replaced))
-
-
-def native_helpers():
-    """The native helpers (``scanner.native._lean_meta``: packing, finding, parsing records) when the native code
-    runs, else None (the Python forms here and in :mod:`scanner.metadata.snapshot` are the reference)."""
-    return lean_meta_code()
 
 
 def _key(path: str) -> int:

@@ -1,7 +1,7 @@
-"""Whether the scanner's native code runs (``scanner.native._native``, ``scanner.native._lean_meta``): when it was
-built at install, unless ``BOOKIE_SCANNER_NATIVE=0`` asks for the Python forms (the reference) of all of it (the record
-walker, the ``.idx`` listing and reader, the ``locations`` DB's decode, the sorts, the lean metadata decode, the dump
-store's records), which then run everywhere."""
+"""Whether the scanner's native code runs (``scanner.native._native``): when it was built at install, unless
+``BOOKIE_SCANNER_NATIVE=0`` asks for the Python forms (the reference) of all of it (the record walker, the ``.idx``
+listing and reader, the ``locations`` DB's decode, the sorts, the lean metadata decode, the dump store's records),
+which then run everywhere."""
 
 from __future__ import annotations
 
@@ -16,23 +16,12 @@ except ImportError as error:  # installed without a C compiler: the extension wa
     _native = None
     _NOT_BUILT = str(error)
 
-try:
-    from scanner.native import _lean_meta
-except ImportError:  # installed without a C compiler
-    _lean_meta = None
-
 
 def native_code():
     """The native module when it is to be used, else None."""
     if _native is None or os.environ.get(NATIVE_VARIABLE, "1").strip() == "0":
         return None
     return _native
-
-
-def lean_meta_code():
-    """The lean metadata decoder and the dump store's record helpers (``_lean_meta``) when the native code is to be
-    used, else None."""
-    return _lean_meta if _lean_meta is not None and native_code() is not None else None
 
 
 def walker_in_use() -> str:

@@ -2,7 +2,7 @@
 
 The step needs, per ledger, its digest type and password (for the ledger table) and whether the index holds every
 entry the write sets give this bookie (:func:`scanner.scan.completeness.holds_every_entry`); only a ledger found
-short needs its whole metadata. The scan's native code (``_lean_meta.c``), when it runs
+short needs its whole metadata. The native code (``scanner/native/lean_metadata.c``), when it runs
 (:mod:`scanner.native.switch`), takes these from the znode bytes of a batch at once, with no metadata object per
 ledger, for metadata in its common form (format version 3, known fields, every invariant holding); it leaves any
 other ledger to :func:`lean_reference`, the Python form, which decodes the whole metadata and is what the native
@@ -12,7 +12,7 @@ code must agree with.
 from __future__ import annotations
 
 from scanner.metadata.ledger import MetadataFormatError, parse_ledger_metadata
-from scanner.native.switch import lean_meta_code
+from scanner.native.switch import native_code
 from scanner.scan.completeness import holds_every_entry
 
 # (digest type number, 0 for none; password, None for none; whether the index holds every entry owed)
@@ -24,7 +24,7 @@ def lean_ledgers(ledger_ids: list[int], data: list[bytes | None], bookie_id: str
     """Each ledger's :data:`LeanLedger` from its znode's bytes (None: no znode) and its index's ascending entry ids
     (``array('Q')``); None where it must be decoded whole (:func:`scanner.metadata.store.MetadataStore.ledger_read`:
     no such ledger, or bytes that do not decode, which it words)."""
-    native = lean_meta_code()
+    native = native_code()
     if native is not None:
         lean = native.lean_batch(ledger_ids, data, bookie_id.encode(), entry_ids)
         return [found if found is not None else lean_reference(ledger_id, raw, bookie_id, ids)

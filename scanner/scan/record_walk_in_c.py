@@ -19,7 +19,7 @@ from scanner.scan.record_walk_types import (NO_WINDOW, DigestFailure, ExpectedRe
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.entrylog import PACE_INTERVAL, RECORD_START_SIZE, EntryLog
 
-# The C walker's answers (scanner/native/_native.c, enum status).
+# The C walker's answers (scanner/native/record_walk.c, enum status).
 PACE, NEED_BYTES, IRREGULAR, NEED_LEDGER, NEED_WINDOW, FAILED, PY_RECORD, FAULTS_FULL = range(8)
 _IN_C = {DigestType.CRC32C: _native.CRC32C, DigestType.CRC32: _native.CRC32, DigestType.DUMMY: _native.DUMMY}
 _EMPTY = array("Q")
