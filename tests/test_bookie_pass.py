@@ -199,7 +199,7 @@ def test_a_ledger_whose_index_appears_during_the_pass_pointing_into_the_buffer_i
     judged that ledger, the index pointed into the newest log, still empty on disk, at entries the journal
     held since the last mark. That is the entry logger's buffer, not loss."""
     from scanner.storage.indexfile import find_index_file
-    import scanner.scan.full_pass as bookie_pass
+    import scanner.scan.confirmation as confirmation
 
     layout, pointed = _newest_log_emptied(tmp_path / "bookie", "bookie1")
     late = min(ledger_id for ledger_id, _ in pointed)
@@ -207,14 +207,14 @@ def test_a_ledger_whose_index_appears_during_the_pass_pointing_into_the_buffer_i
     hidden = tmp_path / "hidden.idx"
     os.rename(index_file, hidden)  # not there when the pass lists the index files
     journal_holds(tmp_path / "bookie" / "bookie1", layout, pointed)
-    read_journal = bookie_pass.pending_entries
+    read_journal = confirmation.pending_entries
 
     def index_written_meanwhile(*args):
         if hidden.exists():
             os.rename(hidden, index_file)  # the bookie's checkpoint wrote it after the listing
         return read_journal(*args)
 
-    monkeypatch.setattr(bookie_pass, "pending_entries", index_written_meanwhile)
+    monkeypatch.setattr(confirmation, "pending_entries", index_written_meanwhile)
     with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
         assert _lost(full.run()) == set()
         assert not hidden.exists()

@@ -30,7 +30,8 @@ from scanner.agent.startdelay import start_time
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue
 from scanner.checks.findings import Category, Finding
 from scanner.metadata.store import MetadataUnavailable
-from scanner.scan.full_pass import BookiePass, Stopped
+from scanner.scan.full_pass import BookiePass
+from scanner.scan.log_walks import Stopped
 from scanner.scan.targeted import LedgerScanner
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size, open_bookie
 from scanner.storage.layout import BookieLayout

@@ -305,7 +305,8 @@ int digests_add(PyObject *m) {
         crc32c_kind = "SSE4.2";
     }
 #endif
-    if (PyModule_AddFunctions(m, methods) < 0 || PyModule_AddStringConstant(m, "CRC32C_INSTRUCTIONS", crc32c_kind) < 0 ||
+    if (PyModule_AddFunctions(m, methods) < 0 ||
+        PyModule_AddStringConstant(m, "CRC32C_INSTRUCTIONS", crc32c_kind) < 0 ||
         PyModule_AddIntConstant(m, "SKIP", SKIP) < 0 || PyModule_AddIntConstant(m, "CRC32C", CRC32C) < 0 ||
         PyModule_AddIntConstant(m, "CRC32", CRC32) < 0 || PyModule_AddIntConstant(m, "DUMMY", DUMMY) < 0 ||
         PyModule_AddIntConstant(m, "PYTHON", PYTHON) < 0 || PyModule_AddIntConstant(m, "HMAC", HMAC) < 0)

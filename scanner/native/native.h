@@ -3,7 +3,7 @@
  * they accept from Python and read big-endian fields from, the layout of a stored entry, the digest methods, and the
  * call by which each part adds its functions and types to the module (module.c).
  *
- *   digests.c         CRC32C (SSE4.2 where the CPU has it), CRC32, SHA-1 and HMAC-SHA1: whether a stored entry's digest holds
+ *   digests.c         CRC32C (SSE4.2 where the CPU has it), CRC32, HMAC-SHA1: whether a stored entry's digest holds
  *   record_walk.c     the record walker: one entry log's records walked and matched with the index's locations
  *   location_sort.c   the index's locations sorted by where they point, and the location runs' columns packed narrow
  *   index_files.c     `.idx` files listed and read, a window of small ones at a time

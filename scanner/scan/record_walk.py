@@ -1,10 +1,10 @@
 """The record walker: one entry log walked front to back, every record's digest verified, and the index's
 locations into the log matched against the records the walk meets.
 
-Two forms behind one interface (:func:`walk_records`): the native walker (:mod:`scanner.scan.record_walk_in_c`,
-its per-record work in C) when the extension is built, and the Python walker (:mod:`scanner.scan.record_walk_in_python`),
-the reference, which ``BOOKIE_SCANNER_NATIVE=0`` forces (:mod:`scanner.native.switch`). Both find the same;
-the tests check it.
+Two forms behind one interface (:func:`walk_records`): the native walker
+(:mod:`scanner.scan.record_walk_in_c`, its per-record work in C) when the extension is built, and the Python walker
+(:mod:`scanner.scan.record_walk_in_python`), the reference, which ``BOOKIE_SCANNER_NATIVE=0`` forces
+(:mod:`scanner.native.switch`). Both find the same; the tests check it.
 """
 
 from __future__ import annotations
