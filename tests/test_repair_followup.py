@@ -13,8 +13,11 @@ from scanner.checks.findings import Category, Finding
 from scanner.cli import main
 from scanner.commands.status import repair_lines
 from scanner.metadata.zookeeper import ZooKeeperStore
+from scanner.repair.backoff import escalate_now
+from scanner.repair.escalation_command import expand_command
 from scanner.repair.filer import MarkFiler
-from scanner.repair.followup import STATE_FILE, FollowUp, Stage, escalate_now, expand_command
+from scanner.repair.followup import FollowUp
+from scanner.repair.followup_state import STATE_FILE, Stage
 from scanner.repair.marks import UnderreplicationMarks, mark_path
 from scanner.repair.rereplicate import Outcome
 from scanner.scan.targeted import LedgerScanner
