@@ -33,7 +33,7 @@ import crc32c
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scanner.scan.walker import walk_records  # noqa: E402
+from scanner.scan.record_walk import walk_records  # noqa: E402
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry  # noqa: E402
 from scanner.storage.entrylog import EntryLog  # noqa: E402
 

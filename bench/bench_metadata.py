@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measured_child import run_measured  # noqa: E402
 from scale_bookie import ROOT, cluster_nodes, write_metadata_dump  # noqa: E402
-from scanner.scan.full_pass import METADATA_BATCH  # noqa: E402
+from scanner.scan.index_step import METADATA_BATCH  # noqa: E402
 
 PIPELINE = 500  # znode creations in flight while filling ZooKeeper
 

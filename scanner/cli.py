@@ -9,6 +9,7 @@ import sys
 import traceback
 from typing import NoReturn
 
+from scanner.errors import UsageError
 from scanner.scan import allocator
 
 # Each module defines ``register(subparsers)``, which adds its parser and sets ``func`` (args -> exit code).
@@ -35,10 +36,6 @@ EXIT_INTERRUPTED = 130  # as a shell reports SIGINT
 EXIT_BROKEN_PIPE = 141  # as a shell reports SIGPIPE: whoever read the output stopped reading (`| head`)
 
 
-class UsageError(Exception):
-    """A problem the operator fixes on the command line or in a config file (exit status 2)."""
-
-
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a command-line mistake is one line on stderr (exit status 2), not usage plus error."""
 
@@ -54,7 +51,7 @@ class _VersionAction(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         from scanner.envelope import tool_version
-        from scanner.scan.native import walker_in_use
+        from scanner.native.switch import walker_in_use
 
         print(f"{parser.prog} {tool_version()} (record walker: {walker_in_use()})")
         parser.exit(0)
@@ -123,7 +120,4 @@ def _one_line(message: str) -> str:
 
 
 if __name__ == "__main__":
-    # Run through the package module, so commands raise the same UsageError class this main catches.
-    from scanner.cli import main as package_main
-
-    sys.exit(package_main())
+    sys.exit(main())

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from scanner.cli import main
-from scanner.scan.native import WALKER_VARIABLE
+from scanner.native.switch import NATIVE_VARIABLE
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real-bookkeeper-4.16.7"
 BOOKIES = ("bookie1", "bookie2", "bookie3", "bookie4")
@@ -47,15 +47,15 @@ def scan(capsys, *args: str) -> tuple[int, dict]:
 @contextmanager
 def reference_walker():
     """Walks in the context use the Python walker (the reference), whatever is built."""
-    before = os.environ.get(WALKER_VARIABLE)
-    os.environ[WALKER_VARIABLE] = "python"
+    before = os.environ.get(NATIVE_VARIABLE)
+    os.environ[NATIVE_VARIABLE] = "0"
     try:
         yield
     finally:
         if before is None:
-            del os.environ[WALKER_VARIABLE]
+            del os.environ[NATIVE_VARIABLE]
         else:
-            os.environ[WALKER_VARIABLE] = before
+            os.environ[NATIVE_VARIABLE] = before
 
 
 def scan_with_both_walkers(capsys, *args: str) -> tuple[int, dict]:

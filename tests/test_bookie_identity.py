@@ -16,9 +16,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import InvalidACLError
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
-from scanner.heal.pool import BookiePool
-from scanner.heal.transport import TransportRefused, cluster_refusal, screen_move
-from scanner.heal.wire import BookieUnreachable, ReturnCode
+from scanner.bookie_protocol.pool import BookiePool
+from scanner.bookie_protocol.transport import TransportRefused, cluster_refusal, screen_move
+from scanner.bookie_protocol.wire import BookieUnreachable, ReturnCode
 from scanner.metadata.bookie_registry import (
     BOOKIE_RPC,
     BookieNotRegistered,

@@ -13,8 +13,8 @@ import pytest
 from corpus import CORPUS
 from journal_files import HEADER, journal_holds, journal_record
 from scanner.metadata.snapshot import SnapshotStore
+from scanner.native.switch import NATIVE_VARIABLE
 from scanner.scan.full_pass import BookiePass
-from scanner.scan.native import WALKER_VARIABLE
 from scanner.storage.bookie import open_bookie
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
@@ -82,7 +82,7 @@ def test_a_log_deleted_under_the_walk_is_walked_to_its_end(tmp_path):
 def test_each_checkpoint_comes_before_the_pacer_holds_the_walk(tmp_path, monkeypatch, walker):
     # bookie1's 0.log holds records of 85 KB: at a 62.5 KB interval the walk pays 131 KB at once, half a
     # second at 250 kB/s. A restart during that wait must resume past those bytes, so the checkpoint comes first.
-    monkeypatch.setenv(WALKER_VARIABLE, walker)
+    monkeypatch.setenv(NATIVE_VARIABLE, "1" if walker == "native" else "0")
     layout = _copy(tmp_path, "bookie1")
     events = []
 
@@ -198,8 +198,8 @@ def test_a_ledger_whose_index_appears_during_the_pass_pointing_into_the_buffer_i
     """Live, the bookie created a ledger's .idx after the pass had listed the index files; by the time the pass
     judged that ledger, the index pointed into the newest log, still empty on disk, at entries the journal
     held since the last mark. That is the entry logger's buffer, not loss."""
-    import scanner.scan.full_pass as bookie_pass
     from scanner.storage.indexfile import find_index_file
+    import scanner.scan.confirmation as confirmation
 
     layout, pointed = _newest_log_emptied(tmp_path / "bookie", "bookie1")
     late = min(ledger_id for ledger_id, _ in pointed)
@@ -207,14 +207,14 @@ def test_a_ledger_whose_index_appears_during_the_pass_pointing_into_the_buffer_i
     hidden = tmp_path / "hidden.idx"
     os.rename(index_file, hidden)  # not there when the pass lists the index files
     journal_holds(tmp_path / "bookie" / "bookie1", layout, pointed)
-    read_journal = bookie_pass.pending_entries
+    read_journal = confirmation.pending_entries
 
     def index_written_meanwhile(*args):
         if hidden.exists():
             os.rename(hidden, index_file)  # the bookie's checkpoint wrote it after the listing
         return read_journal(*args)
 
-    monkeypatch.setattr(bookie_pass, "pending_entries", index_written_meanwhile)
+    monkeypatch.setattr(confirmation, "pending_entries", index_written_meanwhile)
     with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
         assert _lost(full.run()) == set()
         assert not hidden.exists()

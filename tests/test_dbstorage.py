@@ -11,7 +11,7 @@ import pytest
 from rocksdict import Options, Rdict
 
 from corpus import reference_walker
-from scanner.scan.native import native_code
+from scanner.native.switch import native_code
 from scanner.storage import dbstorage
 from scanner.storage.bookie import DbStorage, EntryLogFile, open_bookie
 from scanner.storage.dbstorage import (

@@ -17,9 +17,10 @@ RECORDER = '#!/bin/sh\necho "$(basename "$0") $*" >> "$(dirname "$0")/../calls"\
 def checkout_with_recording_venv(tmp_path: Path) -> Path:
     checkout = tmp_path / "checkout"
     (checkout / ".venv" / "bin").mkdir(parents=True)
-    for name in ("dev", "pyproject.toml", "scanner/scan/_native.c", "scanner/scan/_lean_meta.c"):  # what an install depends on
-        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+    for name in ("dev", "pyproject.toml"):  # with the native sources, what an install depends on
         shutil.copy2(REPO / name, checkout / name)
+    shutil.copytree(REPO / "scanner" / "native", checkout / "scanner" / "native",
+                    ignore=shutil.ignore_patterns("*.so", "*.py", "__pycache__"))
     for tool in ("pip", "python", "bookie-scanner"):
         path = checkout / ".venv" / "bin" / tool
         path.write_text(RECORDER)
@@ -44,7 +45,7 @@ def test_the_demo_installs_the_package_alone_and_the_tests_add_the_audit_and_tes
     assert dev(checkout, "test", "-m", "not slow") == [pip + ".[audit,test]",
                                                        "python -m pytest -q -n 2 --dist loadgroup -m not slow"]
     assert dev(checkout, "demo") == ["bookie-scanner demo"]  # everything installed serves the demo too
-    (checkout / "scanner" / "scan" / "_native.c").write_text("/* the native walker's source changed */\n")
+    (checkout / "scanner" / "native" / "record_walk.c").write_text("/* the native walker's source changed */\n")
     assert dev(checkout, "demo") == [pip + ".", "bookie-scanner demo"]  # rebuilt
-    (checkout / "scanner" / "scan" / "_lean_meta.c").write_text("/* the lean metadata decoder's source changed */\n")
+    (checkout / "scanner" / "native" / "native.h").write_text("/* the shared header changed */\n")
     assert dev(checkout, "demo") == [pip + ".", "bookie-scanner demo"]  # rebuilt

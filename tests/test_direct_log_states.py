@@ -17,9 +17,9 @@ from corpus import CORPUS, scan_with_both_walkers
 from faults.inject import copy_ledger_dir, overwrite
 from faults.pristine import DUMP, RECORDS_START, pristine
 from scanner.metadata.snapshot import SnapshotStore
-from scanner.scan import full_pass
+from scanner.native.switch import NATIVE_VARIABLE
+from scanner.scan import log_walks
 from scanner.scan.full_pass import BookiePass
-from scanner.scan.native import WALKER_VARIABLE
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
 from test_entrylog import BLOCK, direct_log, entry, record
@@ -108,7 +108,7 @@ def _copy_with_map_to_come(model, tmp_path: Path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("walker", ["native", "python"])
 def test_a_map_written_a_moment_after_the_header_that_announces_it_is_no_finding(capsys, tmp_path, monkeypatch,
                                                                                walker):
-    monkeypatch.setenv(WALKER_VARIABLE, walker)
+    monkeypatch.setenv(NATIVE_VARIABLE, "1" if walker == "native" else "0")
     model = pristine("bookie3", capsys)
     copy, path = _copy_with_map_to_come(model, tmp_path)
 
@@ -129,8 +129,8 @@ def test_a_map_written_a_moment_after_the_header_that_announces_it_is_no_finding
 
 @pytest.mark.parametrize("walker", ["native", "python"])
 def test_a_map_the_header_announces_that_never_comes_is_damage(capsys, tmp_path, monkeypatch, walker):
-    monkeypatch.setenv(WALKER_VARIABLE, walker)
-    monkeypatch.setattr(full_pass, "MAP_WRITE_WAIT", 0.5)
+    monkeypatch.setenv(NATIVE_VARIABLE, "1" if walker == "native" else "0")
+    monkeypatch.setattr(log_walks, "MAP_WRITE_WAIT", 0.5)
     model = pristine("bookie3", capsys)
     copy, path = _copy_with_map_to_come(model, tmp_path)
     found, _ = _walk_one(model, copy, tmp_path, path.name, read_index=False)

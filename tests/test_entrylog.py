@@ -8,7 +8,7 @@ import tracemalloc
 
 import pytest
 
-from scanner.scan.walker import walk_records
+from scanner.scan.record_walk import walk_records
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry
 from scanner.storage.entrylog import (
     BadHeader,

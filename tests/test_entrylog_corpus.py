@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from corpus import CORPUS
-from scanner.scan.walker import walk_records
+from scanner.scan.record_walk import walk_records
 from scanner.storage.entry import DIGEST_LENGTH, DigestType, DigestVerifier
 from scanner.storage.entrylog import BrokenLedgersMap, EntryLog, EntryLogError, MissingEntry, TruncatedRecord
 from scanner.storage.location import EntryLocation

@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-from scanner.scan.native import native_code
+from scanner.native.switch import native_code
 from scanner.storage.indexfile import index_file_path
 
 GETDENTS64 = {"x86_64": 217, "aarch64": 61}
@@ -27,7 +27,7 @@ SECCOMP = {"x86_64": 317, "aarch64": 277}
 # Runs in a child: a thread of its own is filtered (filters are per thread), the main thread supervises.
 CHILD = textwrap.dedent("""
     import ctypes, errno, os, select, struct, sys, threading
-    from scanner.scan.native import native_code
+    from scanner.native.switch import native_code
 
     directory, getdents64, seccomp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     libc = ctypes.CDLL(None, use_errno=True)

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from corpus import CORPUS, reference_walker
 from page_cache import cached_pages
-from scanner.scan.native import native_code
-from scanner.storage.entry import master_key
+from scanner.native.switch import native_code
 from scanner.storage import indexfile
+from scanner.storage.entry import master_key
 from scanner.storage.indexfile import (
     FETCH_AHEAD_FILES,
     BadExplicitLacLength,

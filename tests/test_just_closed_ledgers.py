@@ -15,7 +15,6 @@ import types
 
 import pytest
 
-import scanner.scan.full_pass as full_pass
 from scanner.metadata.ledger_paths import ledger_path
 from scanner.metadata.uri import open_metadata
 from scanner.sample.sample_cluster import build_sample
@@ -23,6 +22,7 @@ from scanner.scan.full_pass import BookiePass
 from scanner.storage.bookie import open_bookie
 from scanner.storage.indexfile import find_index_file
 from scanner.storage.layout import discover_layout
+import scanner.scan.confirmation as confirmation
 
 HEALTHY = 4  # a closed ledger of the sample that the sample bookie holds in full
 SETTLE = 2.0
@@ -42,7 +42,7 @@ def just_closed(tmp_path, zookeeper, zk_client, zk_load_dump, monkeypatch):
     store = open_metadata(f"zk://{zookeeper.connect_string}{chroot}/ledgers")
     path = ledger_path(store.manager, store.root, HEALTHY)
     zk_client.set(path, zk_client.get(path)[0])  # the close: same bytes here, a change of the znode all the same
-    monkeypatch.setattr(full_pass, "SETTLE_SECONDS", SETTLE)
+    monkeypatch.setattr(confirmation, "SETTLE_SECONDS", SETTLE)
     waits = []
 
     def arrives(on_wait):
@@ -50,7 +50,7 @@ def just_closed(tmp_path, zookeeper, zk_client, zk_load_dump, monkeypatch):
             waits.append(seconds)
             on_wait()
             time.sleep(seconds)
-        monkeypatch.setattr(full_pass, "time", types.SimpleNamespace(time=time.time, sleep=sleep))
+        monkeypatch.setattr(confirmation, "time", types.SimpleNamespace(time=time.time, sleep=sleep))
 
     yield types.SimpleNamespace(layout=layout, store=store, arrives=arrives, waits=waits,
                                 restore=lambda: os.rename(away, index_file))
@@ -68,7 +68,7 @@ def _findings_about(layout, store, scratch, ledger_id):
 
 def test_entries_that_arrive_while_a_just_closed_ledger_settles_are_not_missing(just_closed, tmp_path, caplog):
     just_closed.arrives(just_closed.restore)
-    with caplog.at_level(logging.INFO, logger=full_pass.__name__):
+    with caplog.at_level(logging.INFO, logger=confirmation.__name__):
         assert _findings_about(just_closed.layout, just_closed.store, tmp_path, HEALTHY) == []
     assert len(just_closed.waits) == 1 and 0 < just_closed.waits[0] <= SETTLE
     assert f"1 ledger(s) changed in the last {SETTLE:g}s (first: {HEALTHY})" in caplog.text
@@ -82,7 +82,7 @@ def test_entries_still_absent_once_a_just_closed_ledger_settled_are_missing(just
 
 
 def test_a_ledger_whose_metadata_settled_long_ago_is_judged_without_waiting(just_closed, tmp_path, monkeypatch):
-    monkeypatch.setattr(full_pass, "SETTLE_SECONDS", 0.0)
+    monkeypatch.setattr(confirmation, "SETTLE_SECONDS", 0.0)
     just_closed.arrives(just_closed.restore)
     found = _findings_about(just_closed.layout, just_closed.store, tmp_path, HEALTHY)
     assert [f.category.value for f in found] == ["missing_ledger"] and just_closed.waits == []

@@ -1,4 +1,4 @@
-"""The lean metadata decode of a pass's index step: the native form (``_lean_meta.c``) gives what the Python reference
+"""The lean metadata decode of a pass's index step: the native form (``scanner/native/lean_metadata.c``) gives what the Python reference
 gives (the whole metadata decoded, then digest type, password and the completeness count taken from it) on every
 corpus ledger and on generated and damaged metadata, or leaves the ledger to the reference; never anything else."""
 
@@ -17,7 +17,7 @@ from fuzz.budget import fuzz_settings
 from scanner.metadata.ledger import (LedgerMetadata, LedgerState, parse_ledger_metadata,
                                      serialize_ledger_metadata)
 from scanner.metadata.ledger_paths import LedgerManager, ledger_id_from_path
-from scanner.scan import lean_metadata
+from scanner.native import switch
 from scanner.scan.lean_metadata import lean_ledgers, lean_reference
 from scanner.storage.entry import DigestType
 
@@ -26,7 +26,7 @@ BOOKIES = [f"10.0.0.{i}:3181" for i in range(1, 6)]
 
 
 def native(ledger_id: int, data, bookie_id: str, entry_ids):
-    return lean_metadata._lean_meta.lean_batch([ledger_id], [data], bookie_id.encode(), [entry_ids])[0]
+    return switch.native_code().lean_batch([ledger_id], [data], bookie_id.encode(), [entry_ids])[0]
 
 
 def agrees(ledger_id: int, data, bookie_id: str, entry_ids) -> bool:
@@ -66,7 +66,7 @@ def corpus_nodes() -> list[tuple[int, bytes]]:
 
 
 def test_the_lean_decoder_is_built():
-    assert lean_metadata._lean_meta is not None
+    assert switch.native_code() is not None
 
 
 def test_every_corpus_ledger_decodes_lean_as_the_reference_decodes_it():

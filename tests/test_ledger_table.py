@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from corpus import reference_walker
+from scanner.native.switch import native_code
 from scanner.scan.ledger_table import LedgerTable
-from scanner.scan.native import native_code
 from scanner.storage.entry import DigestType, build_entry
 
 PASSWORDS = (b"", b"secret", b"other")

@@ -7,9 +7,9 @@ from array import array
 
 import pytest
 
-import scanner.scan.location_runs as location_runs
+from scanner.native.switch import NATIVE_VARIABLE
 from scanner.scan.location_runs import LocationRuns
-from scanner.scan.native import WALKER_VARIABLE
+import scanner.scan.location_runs as location_runs
 
 
 def _index(rng: random.Random, ledgers: int, logs: int) -> dict[int, list[tuple[int, int]]]:
@@ -48,7 +48,7 @@ def test_every_log_gets_exactly_its_locations_in_order(tmp_path, monkeypatch, ba
     monkeypatch.setattr(location_runs, "BATCH_ENTRIES", batch_entries)
     monkeypatch.setattr(location_runs, "WINDOW_BYTES", window_bytes)
     if walker == "python":
-        monkeypatch.setenv(WALKER_VARIABLE, "python")
+        monkeypatch.setenv(NATIVE_VARIABLE, "0")
     rng = random.Random(batch_entries)
     index = _index(rng, ledgers=120, logs=25)
     with LocationRuns(tmp_path, run_entries=300) as runs:

@@ -10,7 +10,8 @@ from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
 from corpus import CORPUS, manifest
-from scanner.cli import UsageError, main
+from scanner.cli import main
+from scanner.errors import UsageError
 from scanner.metadata.ledger import LedgerMetadata, LedgerState, serialize_ledger_metadata
 from scanner.metadata.ledger_paths import LayoutError, LedgerManager, layout_bytes, ledger_path
 from scanner.metadata.snapshot import DumpFormatError, SnapshotStore, write_dump

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from corpus import reference_walker
-from scanner.scan import native
+from scanner.native import switch as native
 from scanner.storage.indexfile import index_files
 
-SOURCES = Path(__file__).resolve().parents[1] / "scanner" / "scan"
+SOURCES = Path(__file__).resolve().parents[1] / "scanner" / "native"
 
 # A POSIX system without Linux's extras, as far as the native code can tell: the system headers come first (their
 # guards keep them from coming again), then what Linux adds is taken away; any use of it left fails to compile.
@@ -37,7 +37,7 @@ ELSEWHERE = """
 """
 
 
-@pytest.mark.parametrize("source", ["_native.c", "_lean_meta.c"])
+@pytest.mark.parametrize("source", sorted(path.name for path in SOURCES.glob("*.c")))
 def test_the_native_code_compiles_without_linuxs_calls_and_128_bit_integers(tmp_path, source):
     prelude = tmp_path / "elsewhere.h"
     prelude.write_text(ELSEWHERE)

@@ -19,13 +19,14 @@ from hypothesis import strategies as st
 
 from corpus import reference_walker
 from scanner.cli import main
-from scanner.scan import native, walker
+from scanner.native import switch as native
+from scanner.scan import record_walk
 from scanner.scan.completeness import owned_count
 from scanner.scan.ledger_table import LedgerTable
 from scanner.scan.location_sort import merged_by_location, sorted_by_location
-from scanner.scan.native_walker import NativeWalk
-from scanner.scan.python_walker import PythonWalk
-from scanner.scan.walk_data import KnownLedgers
+from scanner.scan.record_walk_in_c import NativeWalk
+from scanner.scan.record_walk_in_python import PythonWalk
+from scanner.scan.record_walk_types import KnownLedgers
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry
 from scanner.storage.entrylog import EntryLog
 
@@ -38,10 +39,10 @@ def test_the_native_walker_is_built_and_walks_unless_told_otherwise(tmp_path, ca
     path = tmp_path / "0.log"
     path.write_bytes(b"BKLO" + bytes(1020))
     with EntryLog(path, 0) as entry_log:
-        assert type(walker.walk_records(entry_log, lambda ledger: None)) is NativeWalk
+        assert type(record_walk.walk_records(entry_log, lambda ledger: None)) is NativeWalk
         with reference_walker():
-            assert type(walker.walk_records(entry_log, lambda ledger: None)) is PythonWalk
-            assert native.walker_in_use() == "python, forced by BOOKIE_SCANNER_WALKER=python"
+            assert type(record_walk.walk_records(entry_log, lambda ledger: None)) is PythonWalk
+            assert native.walker_in_use() == "python, forced by BOOKIE_SCANNER_NATIVE=0"
             assert native.native_code() is None
     assert main(["--version"]) == 0
     assert "(record walker: native, CRC32C with " in capsys.readouterr().out
@@ -51,7 +52,7 @@ def test_the_native_walker_is_built_and_walks_unless_told_otherwise(tmp_path, ca
 @given(data=st.one_of(st.binary(max_size=300), st.sampled_from(LENGTHS).map(os.urandom)),
        value=st.integers(0, 2**32 - 1), offset=st.integers(0, 15))
 def test_the_crcs_are_the_libraries(data, value, offset):
-    from scanner.scan import _native
+    from scanner.native import _native
 
     view = memoryview(os.urandom(offset) + data)[offset:]  # at every alignment, as records lie in a chunk
     assert _native.crc32c(view, value) == crc32c.crc32c(data, value)
@@ -163,7 +164,7 @@ def test_mac_digests_of_every_length_around_sha1_blocks_verify_natively_and_a_fl
     path = tmp_path / "1.log"
     path.write_bytes(struct.pack(">4siqi", b"BKLO", 1, 0, 0).ljust(1024, b"\0") + records)
     with EntryLog(path, 1) as entry_log:
-        walk = walker.walk_records(entry_log, lambda ledger: DigestVerifier(DigestType.HMAC, b"pw"))
+        walk = record_walk.walk_records(entry_log, lambda ledger: DigestVerifier(DigestType.HMAC, b"pw"))
         assert type(walk) is NativeWalk
         failed = [failure.entry_id for failure in walk.failures()]
     assert failed == sorted(flipped)
@@ -212,8 +213,8 @@ def test_the_native_walker_looks_the_pass_table_up_itself_and_asks_only_for_the_
 _WALK_WITH_THE_TABLE = """
 import sys
 from scanner.scan.ledger_table import LedgerTable
-from scanner.scan.native_walker import NativeWalk
-from scanner.scan.walk_data import KnownLedgers
+from scanner.scan.record_walk_in_c import NativeWalk
+from scanner.scan.record_walk_types import KnownLedgers
 from scanner.storage.entry import DigestType
 from scanner.storage.entrylog import EntryLog
 

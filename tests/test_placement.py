@@ -298,8 +298,8 @@ def test_repair_keys_of_the_agent_config(tmp_path):
 def test_repair_flags_and_the_audits_racks(tmp_path, zookeeper, zk_load_dump, zk_client):
     import argparse
 
-    from scanner.cli import UsageError
     from scanner.commands.placement_args import add_placement_options, audit_racks, placement_policy
+    from scanner.errors import UsageError
 
     parser = argparse.ArgumentParser()
     add_placement_options(parser)

@@ -13,11 +13,14 @@ from scanner.checks.findings import Category, Finding
 from scanner.cli import main
 from scanner.commands.status import repair_lines
 from scanner.metadata.zookeeper import ZooKeeperStore
+from scanner.repair.backoff import escalate_now
+from scanner.repair.escalation_command import expand_command
 from scanner.repair.filer import MarkFiler
-from scanner.repair.followup import STATE_FILE, FollowUp, Stage, escalate_now, expand_command
+from scanner.repair.followup import FollowUp
+from scanner.repair.followup_state import STATE_FILE, Stage
 from scanner.repair.marks import UnderreplicationMarks, mark_path
 from scanner.repair.rereplicate import Outcome
-from scanner.scan.targeted import BookieScanner
+from scanner.scan.targeted import LedgerScanner
 from scanner.statefile import read_json
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
@@ -47,7 +50,7 @@ def cluster(zookeeper, zk_load_dump):
 def scanner(cluster):
     _, store = cluster
     layout = discover_layout(CORPUS / "bookie-configs" / "bookie1.conf", ledger_dirs=(COPY,))
-    with open_bookie(layout) as storage, BookieScanner(storage, store, layout.bookie_id) as scanner:
+    with open_bookie(layout) as storage, LedgerScanner(storage, store, layout.bookie_id) as scanner:
         yield scanner
 
 

@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 
 from corpus import CORPUS, scan_args
+from scanner.bookie_protocol.wire import read_request, recovery_add_request
 from scanner.checks.findings import in_ranges, merge_ranges
 from scanner.cli import main
-from scanner.heal.verdict import CopyState, PeerCopy, Verdict, judge, judge_copy
-from scanner.heal.wire import read_request, recovery_add_request
 from scanner.metadata.ledger import (LedgerMetadata, LedgerState, MetadataFormatError, parse_ledger_metadata,
                                      replace_ensemble_member, serialize_ledger_metadata)
+from scanner.repair.copy_verdict import CopyState, PeerCopy, Verdict, judge, judge_copy
 from scanner.repair.placement.choice import NoTarget
 from scanner.repair.placement.policy import PlacementPolicy, replacement_candidates
 from scanner.repair.planner import damaged_fragments

@@ -12,7 +12,7 @@ from scanner.metadata.ledger import LedgerState, serialize_ledger_metadata
 from scanner.metadata.ledger_paths import LedgerManager, ledger_path
 from scanner.metadata.uri import open_metadata
 from scanner.sample.sample_cluster import OTHER_BOOKIES, SAMPLE_BOOKIE, build_sample
-from scanner.scan.targeted import BookieScanner
+from scanner.scan.targeted import LedgerScanner
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
 
@@ -82,7 +82,7 @@ def rewrite(zk_client, chroot, store, ledger_id, **changes):
 
 def scan_ledger_with(sample_in_zk, ledger_id, change):
     sample, store, storage, chroot = sample_in_zk
-    with BookieScanner(storage, store, SAMPLE_BOOKIE, pacer=ChangeOnFirstRead(change)) as scanner:
+    with LedgerScanner(storage, store, SAMPLE_BOOKIE, pacer=ChangeOnFirstRead(change)) as scanner:
         findings = scanner.scan_ledger(ledger_id)
         return findings, scanner.orphan_findings()
 

@@ -220,7 +220,7 @@ def test_the_scratch_table_answers_as_the_dump_says_natively_and_in_python(tmp_p
     the native lookups and record parser and with the Python reference; also when every hash collides."""
     from scanner.metadata import znode_table
 
-    monkeypatch.setenv("BOOKIE_SCANNER_WALKER", walker)
+    monkeypatch.setenv("BOOKIE_SCANNER_NATIVE", "1" if walker == "native" else "0")
     if hashing == "colliding":
         monkeypatch.setattr(znode_table, "_key", lambda path: len(path) % 3)
     nodes = [ZNode("/", b"root", False, 1, 0, None), ZNode("/ledgers", None, False, 2, 0, 5),
@@ -279,7 +279,7 @@ def test_native_packing_reads_and_refuses_each_item_as_the_python_reference(tmp_
     dump.write_text(a_line_each(items))
     outcomes = []
     for walker in ("native", "python"):
-        monkeypatch.setenv("BOOKIE_SCANNER_WALKER", walker)
+        monkeypatch.setenv("BOOKIE_SCANNER_NATIVE", "1" if walker == "native" else "0")
         try:
             with SnapshotStore(dump) as store:
                 paths = [item["path"] for item in items if isinstance(item, dict) and isinstance(item.get("path"), str)]

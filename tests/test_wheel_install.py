@@ -1,4 +1,4 @@
-"""A bookie host without a compiler: the wheel ``./dev wheel`` builds (the native extensions built in) installs
+"""A bookie host without a compiler: the wheel ``./dev wheel`` builds (the native extension built in) installs
 into a fresh venv with no C compiler on the PATH, walks with the native walker, and scans every corpus bookie
 exactly as the source install does."""
 
@@ -48,11 +48,10 @@ def no_compiler_env(venv: Path) -> dict[str, str]:
     return env
 
 
-def test_the_wheel_is_for_this_platform_and_holds_both_extensions(wheel):
+def test_the_wheel_is_for_this_platform_and_holds_the_native_extension(wheel):
     assert not wheel.name.endswith("-none-any.whl"), wheel.name
     names = zipfile.ZipFile(wheel).namelist()
-    for module in ("_native", "_lean_meta"):
-        assert any(n.startswith(f"scanner/scan/{module}.") and n.endswith(".so") for n in names), names
+    assert any(n.startswith("scanner/native/_native.") and n.endswith(".so") for n in names), names
 
 
 def test_without_a_compiler_the_installed_wheel_walks_natively(wheel_venv):

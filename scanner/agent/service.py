@@ -29,19 +29,19 @@ from scanner.agent.logtail import LogTail
 from scanner.agent.metrics import agent_registry
 from scanner.agent.schedule import pass_schedule
 from scanner.agent.sdnotify import SystemdNotifier
-from scanner.agent.verdict import judge
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue, parse_suspect
-from scanner.units import iso_time, moment_text, rate_text
+from scanner.agent.verdict import judge
 from scanner.agent.workcount import MeteredPacer
 from scanner.agent.worker import LedgerDirWorker, WorkerSettings
 from scanner.checks.findings import Category
 from scanner.metadata.store import MetadataMisconfigured, MetadataUnavailable
 from scanner.metadata.uri import metadata_uri_from_conf, open_metadata
-from scanner.scan.targeted import BookieScanner
-from scanner.scan.native import walker_in_use
+from scanner.native.switch import walker_in_use
+from scanner.scan.targeted import LedgerScanner
 from scanner.statefile import write_problem
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import LayoutError
+from scanner.units import iso_time, moment_text, rate_text
 from throttle import DiskLoad
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class Agent:
             if self.metadata.client is None:
                 raise StartupError(f"{self.config.source}: [repair] mark needs ZooKeeper metadata, not {self.metadata_uri}")
             from scanner.agent.marking import Marking
-            from scanner.heal.transport import TransportRefused
+            from scanner.bookie_protocol.transport import TransportRefused
             from scanner.repair.placement.settings import PlacementSettingsError
 
             try:
@@ -344,7 +344,7 @@ class Agent:
     def _follow_up(self) -> None:
         def reverify(ledger_id: int):
             with open_bookie(self.layout, work_dir=self.state_dir / "work") as storage, \
-                    BookieScanner(storage, self.metadata, self.layout.bookie_id) as scanner:
+                    LedgerScanner(storage, self.metadata, self.layout.bookie_id) as scanner:
                 return scanner.scan_ledger(ledger_id, verify_digests=True)
 
         self.marking.follow_up(reverify)

@@ -30,8 +30,9 @@ from scanner.agent.startdelay import start_time
 from scanner.agent.suspects import ENTRY_LOG, Suspect, SuspectQueue
 from scanner.checks.findings import Category, Finding
 from scanner.metadata.store import MetadataUnavailable
-from scanner.scan.full_pass import BookiePass, Stopped
-from scanner.scan.targeted import BookieScanner
+from scanner.scan.full_pass import BookiePass
+from scanner.scan.log_walks import Stopped
+from scanner.scan.targeted import LedgerScanner
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size, open_bookie
 from scanner.storage.layout import BookieLayout
 from throttle import Pacer
@@ -284,7 +285,7 @@ class LedgerDirWorker:
                 if suspect.kind == ENTRY_LOG:
                     findings = self._scan_suspect_log(storage, suspect.id)
                 else:
-                    with BookieScanner(storage, self.metadata, self.settings.layout.bookie_id,
+                    with LedgerScanner(storage, self.metadata, self.settings.layout.bookie_id,
                                        self._suspect_pacing()) as scanner:
                         findings = scanner.scan_ledger(suspect.id, verify_digests=True) + scanner.orphan_findings()
         except BaseException:

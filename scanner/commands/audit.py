@@ -11,11 +11,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_metadata_option
 from scanner.commands.output import add_format_option
 from scanner.commands.placement_args import add_rack_options, audit_racks, placement_settings
 from scanner.envelope import envelope
+from scanner.errors import UsageError
 
 DESCRIPTION = """\
 Judge every ledger of the cluster against what every bookie exported (`bookie-scanner export`):
@@ -75,12 +75,12 @@ def parse_duration_ms(text: str) -> int:
 
 
 def run(args) -> int:
-    from scanner.repair.placement.racks import DEFAULT_MIN_RACKS
     from scanner.audit.job import AuditInputError, AuditOptions, run_audit
     from scanner.audit.spark_session import SparkUnavailable, running_spark
     from scanner.commands.bookie_args import metadata_store, metadata_uri
-    from scanner.metadata.uri import dump_path
     from scanner.metadata.store import MetadataUnavailable
+    from scanner.metadata.uri import dump_path
+    from scanner.repair.placement.racks import DEFAULT_MIN_RACKS
 
     if args.marks_per_second < 0:
         raise UsageError(f"--marks-per-second must be 0 (unlimited) or more, got {args.marks_per_second:g}")

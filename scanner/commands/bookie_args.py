@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from scanner.cli import UsageError
+from scanner.errors import UsageError
 
 
 def add_bookie_options(parser: argparse.ArgumentParser) -> None:

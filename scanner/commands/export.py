@@ -10,9 +10,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
 from scanner.commands.scan import add_speed_options, reading_rate
+from scanner.errors import UsageError
 
 DESCRIPTION = """\
 Write what one bookie holds, for `bookie-scanner audit`: for every ledger in its index, the entries
@@ -97,9 +97,9 @@ def _check_writable(output: str) -> None:
 
 
 def _scan_now(args, layout, storage, rate: int | None):
-    from scanner.scan.on_demand import scan_bookie
     from scanner.metadata.store import MetadataUnavailable
     from scanner.progress import ProgressLine
+    from scanner.scan.on_demand import scan_bookie
     from throttle import Pacer
 
     store = metadata_store(args, layout)

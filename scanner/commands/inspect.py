@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scanner.cli import UsageError
 from scanner.commands import values
 from scanner.commands.bookie_args import add_bookie_options, add_metadata_option, bookie_layout, metadata_store
 from scanner.commands.output import add_format_option, add_show_secrets_option, emit
+from scanner.errors import UsageError
 
 DESCRIPTION = """\
 Look inside one thing, read-only. Like 'bookkeeper shell readlog', but every record's digest is

@@ -6,9 +6,9 @@ import argparse
 import datetime
 from pathlib import Path
 
-from scanner.cli import UsageError
 from scanner.commands.bookie_args import add_metadata_option
 from scanner.commands.output import add_format_option, emit
+from scanner.errors import UsageError
 
 DESCRIPTION = """\
 List every ledger marked under-replicated in ZooKeeper (read-only): the bookies whose copies the
@@ -67,7 +67,7 @@ def _agent_config(path: Path):
 
 def _agent_following(config, marked: set[int]) -> list[dict]:
     """The damaged ledgers the agent of ``config`` follows (its saved follow-up state, read only)."""
-    from scanner.repair.followup import STATE_FILE, TrackedMark
+    from scanner.repair.followup_state import STATE_FILE, TrackedMark
     from scanner.statefile import DamagedStateFile, read_json
 
     path = config.state_dir / STATE_FILE

@@ -8,10 +8,10 @@ import sys
 
 from pathlib import Path
 
-from scanner.cli import UsageError
 from scanner.commands import values
 from scanner.commands.bookie_args import add_metadata_option, metadata_store, uri_from_bookie_conf
 from scanner.commands.output import add_format_option, add_show_secrets_option, emit
+from scanner.errors import UsageError
 
 EXIT_NOT_FOUND = 1
 

@@ -15,8 +15,8 @@ def register(subparsers) -> None:
 
 def run(args, paused: bool) -> int:
     from scanner.agent.control import AgentNotRunning, call_agent, persist_pause
-    from scanner.cli import UsageError
     from scanner.commands.run import load, writable_state_dir
+    from scanner.errors import UsageError
 
     config = load(args.config)
     writable_state_dir(config)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scanner.cli import UsageError
+from scanner.errors import UsageError
 
 
 def add_rack_options(group) -> None:

@@ -72,16 +72,16 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from scanner.bookie_protocol.transport import TransportRefused
     from scanner.checks.findings import merge_ranges
-    from scanner.cli import UsageError
     from scanner.commands.scan import check_narrowing
     from scanner.envelope import envelope, write_document
-    from scanner.heal.journal import RepairJournal
-    from scanner.heal.transport import TransportRefused
+    from scanner.errors import UsageError
     from scanner.metadata.store import MetadataUnavailable
     from scanner.metadata.zookeeper import ZooKeeperStore
     from scanner.repair.placement.settings import PlacementSettingsError
     from scanner.repair.planner import damage_by_ledger
+    from scanner.repair.repair_journal import RepairJournal
     from scanner.repair.rereplicate import Outcome, Rereplicator
     from scanner.scan.on_demand import scan_bookie
     from scanner.storage.bookie import open_bookie

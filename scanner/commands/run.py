@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from scanner.cli import UsageError
+from scanner.errors import UsageError
 
 DESCRIPTION = """\
 Run the scanning agent for one bookie until stopped: one scanner per ledger directory walks its

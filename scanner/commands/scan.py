@@ -69,11 +69,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from scanner.scan.on_demand import ParallelDirs, scan_bookie
-    from scanner.cli import UsageError
     from scanner.envelope import write_document
+    from scanner.errors import UsageError
     from scanner.metadata.store import MetadataUnavailable
     from scanner.progress import ProgressLine
+    from scanner.scan.on_demand import ParallelDirs, scan_bookie
     from scanner.storage.bookie import open_bookie
     from scanner.storage.dbstorage import DbIndexError
     from throttle import Pacer
@@ -179,7 +179,7 @@ def _indexed(storage, ledger_id: int) -> bool:
 
 def check_narrowing(storage, store, ledgers: list[int] | None, entry_logs: list[int] | None) -> None:
     """A UsageError for a ``--ledger`` or ``--entry-log`` that names nothing: "no findings" would mislead."""
-    from scanner.cli import UsageError
+    from scanner.errors import UsageError
     from scanner.metadata.ledger import MetadataFormatError
     from scanner.storage.dbstorage import DbIndexError
     from scanner.storage.indexfile import IndexFileError

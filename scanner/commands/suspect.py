@@ -22,8 +22,8 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from scanner.agent.control import AgentNotRunning, call_agent
     from scanner.agent.suspects import ENTRY_LOG, LEDGER, append_to_inbox, parse_suspect
-    from scanner.cli import UsageError
     from scanner.commands.run import load, writable_state_dir
+    from scanner.errors import UsageError
 
     config = load(args.config)
     kind, value = (LEDGER, args.ledger) if args.ledger is not None else (ENTRY_LOG, args.entry_log)

@@ -17,7 +17,8 @@ from typing import TextIO
 from scanner.metadata.json_list import NotAList, NotJson, json_list_batches
 from scanner.metadata.ledger_paths import LAYOUT_NODE, LedgerManager
 from scanner.metadata.store import MetadataStore, ZNode, check_root, resolve_manager
-from scanner.metadata.znode_table import RecordRun, ZNodeTable, native_helpers, pack_records
+from scanner.metadata.znode_table import RecordRun, ZNodeTable, pack_records
+from scanner.native.switch import native_code
 
 DEFAULT_ROOT = "/ledgers"
 _UNDERREPLICATION = "underreplication"
@@ -89,7 +90,7 @@ def _guess_root(layout_paths: list[str]) -> str:
 def _read_dump(path: Path) -> Iterator[RecordRun]:
     """The dump's znodes as runs of the table's records: those of the common form packed natively where the scan's
     native code runs, each other item checked (and its error worded) by :func:`_znode`, the Python reference."""
-    native = native_helpers()
+    native = native_code()
     pack = None if native is None else native.pack_znodes
     try:
         with path.open(encoding="utf-8-sig") as f:

@@ -23,7 +23,7 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scanner.cli import UsageError
+from scanner.errors import UsageError
 from scanner.metadata.ledger_paths import LedgerManager
 from scanner.metadata.store import MetadataStore, check_root
 

@@ -19,6 +19,7 @@ from array import array
 from collections.abc import Iterable
 
 from scanner.metadata.store import ZNode
+from scanner.native.switch import native_code
 
 # path length, data length (-1: no data), ephemeral, mzxid, version, whether ctime is known, ctime
 _HEADER = struct.Struct("<IiBqqBq")
@@ -98,7 +99,7 @@ class ZNodeTable:
     def _records_of(self, paths: list[str]) -> list[tuple]:
         """The record fields of those of ``paths`` there are (others with the same hashes too)."""
         absolute = [path for path in paths if path.startswith("/")]
-        native = native_helpers()
+        native = native_code()
         if native is None:
             return self._read({number for path in absolute for number in self._numbers_of(path)})
         candidates = set()
@@ -148,7 +149,7 @@ class ZNodeTable:
                     return []
                 span = os.pread(self._fd, starts[numbers[j - 1] + 1] - first, first)
             offsets = [starts[number] - first for number in numbers[i:j]]
-            native = native_helpers()
+            native = native_code()
             if native is None:
                 found.extend(_record(span, at, paths_only) for at in offsets)
             else:
@@ -177,15 +178,6 @@ class ZNodeTable:
                 self._children[parent] = array("I", (number for number in children if number not in replaced))
 
 
-def native_helpers():
-    """The native helpers (``scanner.scan._lean_meta``: packing, finding, parsing records) when the scan's native
-    code runs, else None (the Python forms here and in :mod:`scanner.metadata.snapshot` are the reference)."""
-    from scanner.scan.lean_metadata import _lean_meta
-    from scanner.scan.native import native_code
-
-    return _lean_meta if _lean_meta is not None and native_code() is not None else None
-
-
 def _key(path: str) -> int:
     return hash(path) & 0xFFFF_FFFF_FFFF_FFFF
 
@@ -202,9 +194,7 @@ def _record(span: bytes, at: int, path_only: bool) -> tuple | str:
 
 
 def _sorted_by_key(keys: array) -> tuple[array, array]:
-    """(the keys ascending, the record number of each), sorted natively where the scan's native code runs."""
-    from scanner.scan.native import native_code
-
+    """(the keys ascending, the record number of each), sorted natively where the native code runs."""
     numbers = array("Q", range(len(keys)))
     native = native_code()
     if native is not None:

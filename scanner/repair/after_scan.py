@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from scanner.bookie_protocol.transport import TransportRefused
 from scanner.checks.findings import Finding
-from scanner.cli import UsageError
-from scanner.heal.transport import TransportRefused
+from scanner.errors import UsageError
 from scanner.repair.filer import DEFAULT_MARKS_PER_SECOND, MarkFiler
 from scanner.repair.marks import UnderreplicationMarks
 from scanner.repair.planner import damage_by_ledger, plan_repairs

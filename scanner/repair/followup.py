@@ -11,24 +11,24 @@ ReplicationWorker reads a few entries per fragment without verifying digests, so
 copy passes its check and it would clear the mark without changing anything. Before a move the
 ledger is re-verified on this bookie; a ledger deleted, moved on by someone else, or whose damage is
 gone ends the follow-up. A move with no verified copy anywhere is escalated at once; one with no
-bookie to move to (often one of them restarting) or that fails is escalated after
-``ESCALATE_AFTER_FAILURES`` tries in a row (``escalate_now``); all are tried again, at growing intervals
-(``RETRY_SECONDS``), and a later success still ends the follow-up.
+bookie to move to (often one of them restarting) or that fails is escalated after a few tries in a row; all are
+tried again, at growing intervals, and a later success still ends the follow-up (:mod:`scanner.repair.backoff`).
 
 Without re-replication, marks are left to the workers: is the mark still there (pending)? If it is
 gone, is the damage still on this bookie, in entries the fresh metadata still assigns here? Then
 the copy is ``unrepaired``: we mark once more, and if that mark also vanishes with the damage in
 place we escalate.
 
-Escalating means: a counter, an ERROR line, and the operator's command run once. Deferred marks of
-open ledgers are filed once the ledger is closed.
+Escalating means: a counter, an ERROR line, and the operator's command run once
+(:mod:`scanner.repair.escalation_command`). Deferred marks of open ledgers are filed once the ledger is closed.
+
+The state of each ledger under follow-up is :mod:`scanner.repair.followup_state`; the report of it
+:mod:`scanner.repair.followup_report`.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-import subprocess
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,37 +37,17 @@ from typing import Callable, Sequence
 from prometheus_client import Counter
 
 from scanner.checks.findings import Category, EntryRanges, Finding, count_in_ranges
-from scanner.heal.journal import RepairJournal
+from scanner.repair.backoff import BUSY_SECONDS, escalate_now, retry_seconds
+from scanner.repair.escalation_command import DEFAULT_COMMAND_TIMEOUT, expand_command, run_command
 from scanner.repair.filer import FilingReport, MarkFiler
+from scanner.repair.followup_report import REPORT_ROWS, repair_report
+from scanner.repair.followup_state import ENDED_KEPT, STATE_FILE, Stage, TrackedMark, load_state, save_state
 from scanner.repair.marks import DamagedMark, UnderreplicationMarks
 from scanner.repair.planner import Action, LedgerPlan, damage_by_ledger, plan_ledger
+from scanner.repair.repair_journal import RepairJournal
 from scanner.repair.rereplicate import Attempt, Outcome, Rereplicator
-from scanner.statefile import DamagedStateFile, read_json, write_json
 
 log = logging.getLogger(__name__)
-
-STATE_FILE = "repair-followup.json"
-STATE_VERSION = 2
-DEFAULT_COMMAND_TIMEOUT = 600.0
-OUTPUT_TAIL = 2000
-RETRY_SECONDS = (30.0, 600.0)  # a move that failed, or could not be made, is tried again: first after, at most after
-BUSY_SECONDS = 10.0  # another repairer holds the ledger's lock: ask again after this
-ESCALATE_AFTER_FAILURES = 3  # moves failed or without a bookie to go to (a bookie down or restarting,
-# ZooKeeper trouble) before the operator is told: the third try comes 90 s after the first
-EVENTS_KEPT = 20  # the newest events of each ledger's history
-ENDED_KEPT = 200  # ended follow-ups kept for the repair report, newest first
-REPORT_ROWS = 100  # rows of each kind the report shows
-
-
-def escalate_now(outcome: Outcome, failures: int) -> bool:
-    """Whether a move that did not happen, the ``failures``-th in a row, is for the operator now.
-
-    No verified copy anywhere, or a move this scanner refuses to make, will not come by waiting: at once. No bookie to move to, or a move that
-    failed, is what a bookie restarting or a ZooKeeper election looks like for a while: only when it
-    lasts (``ESCALATE_AFTER_FAILURES`` in a row), so a bookie's restart pages no one.
-    """
-    return outcome in (Outcome.NO_GOOD_COPY, Outcome.REFUSED) or failures >= ESCALATE_AFTER_FAILURES
-
 
 UNREPAIRED = Counter("bookie_scanner_unrepaired_ledgers",
                      "Times a cleared under-replication mark left this bookie's damaged copy in place")
@@ -75,88 +55,6 @@ ESCALATIONS = Counter("bookie_scanner_repair_escalations",
                       "Ledgers whose damage could not be repaired and were escalated to the operator")
 MOVES = Counter("bookie_scanner_fragments_moved",
                 "Damaged fragments copied (verified) to another bookie and taken out of this bookie's ensemble")
-
-
-class Stage(str, enum.Enum):
-    DEFERRED = "deferred"  # not marked yet: the ledger is open, or auto-recovery was disabled
-    MARKED = "marked"
-    REMARKED = "remarked"  # the first mark was cleared with the damage still there (marks only)
-    ESCALATED = "escalated"  # the operator has been told; a move is still tried again
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One step in a ledger's repair: ``what`` happened at ``at_ms``."""
-
-    at_ms: int
-    what: str  # found, marked, deferred, mark_cleared, reverified, busy, moved, failed, escalated, ended
-    detail: str = ""
-
-    def to_json(self) -> dict:
-        return {"at_ms": self.at_ms, "what": self.what, "detail": self.detail}
-
-    @classmethod
-    def from_json(cls, obj: dict) -> "Event":
-        return cls(int(obj["at_ms"]), str(obj["what"]), str(obj.get("detail", "")))
-
-
-@dataclass(frozen=True, slots=True)
-class Escalation:
-    argv: tuple[str, ...]
-    exit_status: int | None  # None: it did not finish (timeout, or it could not be started)
-    output_tail: str
-    error: str | None
-
-    def to_json(self) -> dict:
-        return {"argv": list(self.argv), "exit_status": self.exit_status, "output_tail": self.output_tail,
-                "error": self.error}
-
-    @classmethod
-    def from_json(cls, obj: dict) -> "Escalation":
-        return cls(tuple(obj["argv"]), obj.get("exit_status"), obj.get("output_tail", ""), obj.get("error"))
-
-
-@dataclass(frozen=True, slots=True)
-class TrackedMark:
-    """One damaged ledger of this bookie under follow-up."""
-
-    ledger_id: int
-    bookie_id: str
-    entries: EntryRanges
-    category: Category  # the most severe damage seen
-    stage: Stage
-    since_ms: int  # first recorded
-    marked_ms: int | None  # when the current mark was filed
-    reason: str
-    escalation: Escalation | None = None
-    failures: int = 0  # moves failed in a row
-    next_try_ms: int = 0  # no move before this
-    events: tuple[Event, ...] = ()
-    marks_cleared: int = 0  # times another repairer (a ReplicationWorker) cleared our mark with the damage in place
-    mark_zxid: int | None = None  # the creation zxid of the mark when this bookie created it (ours to delete)
-
-    def to_json(self) -> dict:
-        return {"ledger_id": self.ledger_id, "bookie_id": self.bookie_id,
-                "entries": [list(r) for r in self.entries], "category": self.category.value,
-                "stage": self.stage.value, "since_ms": self.since_ms, "marked_ms": self.marked_ms,
-                "reason": self.reason,
-                "escalation": None if self.escalation is None else self.escalation.to_json(),
-                "failures": self.failures, "next_try_ms": self.next_try_ms,
-                "events": [e.to_json() for e in self.events], "marks_cleared": self.marks_cleared,
-                "mark_zxid": self.mark_zxid}
-
-    @classmethod
-    def from_json(cls, obj: dict) -> "TrackedMark":
-        escalation = obj.get("escalation")
-        return cls(int(obj["ledger_id"]), obj["bookie_id"], tuple((int(a), int(b)) for a, b in obj["entries"]),
-                   Category(obj["category"]), Stage(obj["stage"]), int(obj["since_ms"]), obj.get("marked_ms"),
-                   obj.get("reason", ""), None if escalation is None else Escalation.from_json(escalation),
-                   int(obj.get("failures", 0)), int(obj.get("next_try_ms", 0)),
-                   tuple(Event.from_json(e) for e in obj.get("events", ())), int(obj.get("marks_cleared", 0)),
-                   obj.get("mark_zxid"))
-
-    def with_event(self, at_ms: int, what: str, detail: str = "") -> "TrackedMark":
-        return replace(self, events=(self.events + (Event(at_ms, what, detail),))[-EVENTS_KEPT:])
 
 
 @dataclass
@@ -175,25 +73,6 @@ class CycleReport:
                 "moved": self.moved, "escalated": self.escalated,
                 "ended": {str(k): v for k, v in sorted(self.ended.items())},
                 "findings": [f.to_json() for f in self.findings]}
-
-
-def expand_command(template: Sequence[str], ledger_id: int, bookie_id: str) -> list[str]:
-    """The argv with ``{ledger}`` and ``{bookie}`` replaced in every word (no shell involved)."""
-    return [word.replace("{ledger}", str(ledger_id)).replace("{bookie}", bookie_id) for word in template]
-
-
-def run_command(argv: Sequence[str], timeout: float) -> Escalation:
-    """Run ``argv`` once with a timeout; its status and the tail of its output, never an exception."""
-    try:
-        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as exc:
-        output = exc.output or b""
-        return Escalation(tuple(argv), None, output.decode(errors="replace")[-OUTPUT_TAIL:],
-                          f"still running after {timeout:g}s: killed")
-    except OSError as exc:
-        return Escalation(tuple(argv), None, "", f"could not start: {exc}")
-    return Escalation(tuple(argv), done.returncode, done.stdout.decode(errors="replace")[-OUTPUT_TAIL:], None)
 
 
 class FollowUp:
@@ -217,25 +96,10 @@ class FollowUp:
         self.clock = clock
         self.tracked: dict[int, TrackedMark]
         self.ended: list[dict]  # newest first: {"ledger_id", "why", "ended_ms", "record"}
-        self.tracked, self.ended = self._load()
-
-    def _load(self) -> tuple[dict[int, TrackedMark], list[dict]]:
-        state = read_json(self.path)
-        if state is None:
-            return {}, []
-        try:
-            if state.get("version") not in (1, STATE_VERSION):
-                raise DamagedStateFile(f"{self.path}: state version {state.get('version')!r}, expected {STATE_VERSION}")
-            records = [TrackedMark.from_json(obj) for obj in state["marks"]]
-            ended = [dict(e, record=TrackedMark.from_json(e["record"]).to_json()) for e in state.get("ended", [])]
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise DamagedStateFile(f"{self.path}: not a follow-up state file ({exc!r})") from None
-        return {r.ledger_id: r for r in records if r.bookie_id == self.bookie_id}, ended[:ENDED_KEPT]
+        self.tracked, self.ended = load_state(self.path, self.bookie_id)
 
     def _save(self) -> None:
-        write_json(self.path, {"version": STATE_VERSION,
-                               "marks": [self.tracked[k].to_json() for k in sorted(self.tracked)],
-                               "ended": self.ended})
+        save_state(self.path, self.tracked, self.ended)
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -292,7 +156,7 @@ class FollowUp:
         """Check every tracked ledger that is due once; state is saved after each change.
 
         ``store.ledger(id)`` gives fresh metadata (None: deleted); ``reverify(id)`` re-checks the
-        ledger's copies on this bookie, digests included (``BookieScanner.scan_ledger(id, verify_digests=True)``).
+        ledger's copies on this bookie, digests included (``LedgerScanner.scan_ledger(id, verify_digests=True)``).
         Without ``may_move`` (the failed-disk breaker is open) nothing is moved: the marks stay for the workers.
         """
         report = CycleReport()
@@ -388,7 +252,7 @@ class FollowUp:
                          once=True)
             return
         failures = record.failures + 1
-        retry = min(RETRY_SECONDS[1], RETRY_SECONDS[0] * 2 ** (failures - 1))
+        retry = retry_seconds(failures)
         escalating = escalate_now(attempt.outcome, failures)
         log.log(logging.ERROR if escalating else logging.WARNING,
                 "ledger %d: damaged copy on %s not moved (%s): %s; trying again in %gs", ledger_id, self.bookie_id,
@@ -501,29 +365,9 @@ class FollowUp:
     # -- the repair report ----------------------------------------------------------------------
 
     def report(self, limit: int = REPORT_ROWS) -> dict:
-        """Where each damaged ledger is in the loop and since when, and the ones that ended lately.
-
-        At most ``limit`` rows of each (the ones that changed last); the totals say how many there are.
-        """
-        tracked, ended = list(self.tracked.values()), list(self.ended)  # copies: a cycle may run meanwhile
-        newest = sorted(tracked, key=_stage_since, reverse=True)[:limit]
-        return {"following_total": len(tracked), "ended_total": len(ended),
-                "following": [self._report_row(r) for r in sorted(newest, key=lambda r: r.ledger_id)],
-                "ended": [dict(self._report_row(TrackedMark.from_json(e["record"])), why=e["why"],
-                               ended_ms=e["ended_ms"]) for e in ended[:limit]]}
-
-    @staticmethod
-    def _report_row(record: TrackedMark) -> dict:
-        return {"ledger_id": record.ledger_id, "stage": record.stage.value, "category": record.category.value,
-                "entries": [list(r) for r in record.entries], "since_ms": record.since_ms,
-                "stage_since_ms": _stage_since(record), "failures": record.failures,
-                "marks_cleared": record.marks_cleared,
-                "next_try_ms": record.next_try_ms or None, "events": [e.to_json() for e in record.events]}
-
-
-def _stage_since(record: TrackedMark) -> int:
-    """When the ledger reached its current step: its newest event's time."""
-    return record.events[-1].at_ms if record.events else record.since_ms
+        """Where each damaged ledger is in the loop and since when, and the ones that ended lately
+        (:func:`scanner.repair.followup_report.repair_report`)."""
+        return repair_report(list(self.tracked.values()), list(self.ended), limit)  # copies: a cycle may run meanwhile
 
 
 def _ranges_text(ranges: EntryRanges) -> str:

@@ -17,7 +17,7 @@ readable corrupt copy passes its check. So the scanner does it itself, the same 
 4. per fragment, pick a writable bookie outside its ensemble as the placement policy would (one that
    failed an earlier try, or that holds the ledger outside its ensembles and whose garbage collector
    will delete it, only after every other)
-   and copy this bookie's share to it, every copy verified (``scanner.heal.fragment_copy``);
+   and copy this bookie's share to it, every copy verified (``scanner.repair.fragment_copy``);
 5. replace this bookie by the new one in that fragment's ensemble: one ZooKeeper ``multi`` of a check
    that the lock is still ours and a compare-and-set on the ledger znode's version; someone who
    replaced it first wins;
@@ -42,11 +42,9 @@ from dataclasses import dataclass, field
 
 from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 
+from scanner.bookie_protocol.pool import BookiePool
+from scanner.bookie_protocol.transport import TransportRefused, screen_move
 from scanner.checks.findings import EntryRanges, in_ranges
-from scanner.heal.fragment_copy import CopyFailed, CopyProblem, FragmentCopier
-from scanner.heal.pool import BookiePool
-from scanner.heal.transport import TransportRefused, screen_move
-from scanner.heal.verdict import PeerCopy
 from scanner.metadata.bookie_registry import BookieNotResolved, BookieRegistry
 from scanner.metadata.ledger import (
     Fragment,
@@ -58,6 +56,8 @@ from scanner.metadata.ledger import (
 )
 from scanner.metadata.ledger_paths import ledger_path
 from scanner.metadata.store import MetadataUnavailable
+from scanner.repair.copy_verdict import PeerCopy
+from scanner.repair.fragment_copy import CopyFailed, CopyProblem, FragmentCopier
 from scanner.repair.ledger_lock import LedgerLock, LockBusy
 from scanner.repair.marks import UnderreplicationMarks
 from scanner.repair.placement.choice import NoTarget

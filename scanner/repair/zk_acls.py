@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
-from scanner.heal.transport import TransportRefused
+from scanner.bookie_protocol.transport import TransportRefused
 from scanner.storage.layout import LayoutError, conf_bool
 
 SECURITY_KEY = "zkEnableSecurity"

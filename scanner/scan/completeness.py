@@ -2,7 +2,7 @@
 
 It runs for every ledger of a pass; only a ledger it cannot call complete is judged entry by entry
 (:func:`scanner.checks.ledger_check.judge_ledger`). The count over a striped ensemble runs in the scan's native
-code when it runs (:mod:`scanner.scan.native`).
+code when it runs (:mod:`scanner.native.switch`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from array import array
 
-from scanner.scan.native import native_code
+from scanner.native.switch import native_code
 
 
 def holds_every_entry(meta, bookie_id: str, entry_ids) -> bool:

@@ -2,8 +2,8 @@
 
 The step needs, per ledger, its digest type and password (for the ledger table) and whether the index holds every
 entry the write sets give this bookie (:func:`scanner.scan.completeness.holds_every_entry`); only a ledger found
-short needs its whole metadata. The scan's native code (``_lean_meta.c``), when it runs
-(:mod:`scanner.scan.native`), takes these from the znode bytes of a batch at once, with no metadata object per
+short needs its whole metadata. The native code (``scanner/native/lean_metadata.c``), when it runs
+(:mod:`scanner.native.switch`), takes these from the znode bytes of a batch at once, with no metadata object per
 ledger, for metadata in its common form (format version 3, known fields, every invariant holding); it leaves any
 other ledger to :func:`lean_reference`, the Python form, which decodes the whole metadata and is what the native
 code must agree with.
@@ -12,13 +12,8 @@ code must agree with.
 from __future__ import annotations
 
 from scanner.metadata.ledger import MetadataFormatError, parse_ledger_metadata
+from scanner.native.switch import native_code
 from scanner.scan.completeness import holds_every_entry
-from scanner.scan.native import native_code
-
-try:
-    from scanner.scan import _lean_meta
-except ImportError:  # installed without a C compiler
-    _lean_meta = None
 
 # (digest type number, 0 for none; password, None for none; whether the index holds every entry owed)
 LeanLedger = tuple[int, bytes | None, bool]
@@ -29,8 +24,9 @@ def lean_ledgers(ledger_ids: list[int], data: list[bytes | None], bookie_id: str
     """Each ledger's :data:`LeanLedger` from its znode's bytes (None: no znode) and its index's ascending entry ids
     (``array('Q')``); None where it must be decoded whole (:func:`scanner.metadata.store.MetadataStore.ledger_read`:
     no such ledger, or bytes that do not decode, which it words)."""
-    if _lean_meta is not None and native_code() is not None:
-        lean = _lean_meta.lean_batch(ledger_ids, data, bookie_id.encode(), entry_ids)
+    native = native_code()
+    if native is not None:
+        lean = native.lean_batch(ledger_ids, data, bookie_id.encode(), entry_ids)
         return [found if found is not None else lean_reference(ledger_id, raw, bookie_id, ids)
                 for ledger_id, raw, ids, found in zip(ledger_ids, data, entry_ids, lean)]
     return [lean_reference(*ledger) for ledger in zip(ledger_ids, data, [bookie_id] * len(ledger_ids), entry_ids)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 from array import array
 
-from scanner.scan.native import native_code
+from scanner.native.switch import native_code
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.location import arrow_view, native_array
 
@@ -43,7 +43,7 @@ class LedgerTable:
     def freeze(self) -> None:
         """Sort by ledger id (after appends out of order) so lookups can bisect.
 
-        Sorted in the scan's native code when it runs (:mod:`scanner.scan.native`), else by pyarrow: a sort in
+        Sorted in the scan's native code when it runs (:mod:`scanner.native.switch`), else by pyarrow: a sort in
         Python would hold an int object per ledger (tens of MB at a million ledgers) for a moment; these hold a few
         columns of ids (natively: the ids, the kinds widened, and the sort's own columns).
         """

@@ -26,9 +26,9 @@ from array import array
 from pathlib import Path
 from typing import Iterator
 
+from scanner.native.switch import native_code
 from scanner.scan.location_sort import log_ids_of, merged_by_location, sorted_by_location
-from scanner.scan.native import native_code
-from scanner.scan.walk_data import ExpectedRecords
+from scanner.scan.record_walk_types import ExpectedRecords
 from scanner.storage.location import zeroed_uint64
 
 RUN_ENTRIES = 1 << 18  # locations put in order in memory at once: 6 MiB of arrays

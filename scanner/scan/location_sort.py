@@ -1,7 +1,7 @@
 """The index's locations put in location order: a run put in order of windows of positions; runs' slices, read one
 after the other, sorted (with their positions).
 
-In the scan's native code when it runs (:mod:`scanner.scan.native`), else with pyarrow; the same result.
+In the scan's native code when it runs (:mod:`scanner.native.switch`), else with pyarrow; the same result.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import bisect
 from array import array
 from typing import Sequence
 
-from scanner.scan.native import native_code
+from scanner.native.switch import native_code
 from scanner.storage.location import arrow_view, uint64_array
 
 _POS_MASK = 0xFFFFFFFF

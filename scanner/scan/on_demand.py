@@ -10,7 +10,7 @@ from scanner.report import ScanReport, storage_problems
 from scanner.scan.full_pass import BookiePass
 from scanner.scan.orphans import orphan_findings
 from scanner.scan.pacing import Pacer
-from scanner.scan.targeted import BookieScanner
+from scanner.scan.targeted import LedgerScanner
 from scanner.scan.totals import ScanTotals
 from scanner.storage.bookie import BookieStorage, file_size, open_bookie
 
@@ -45,7 +45,7 @@ def _chosen(storage: BookieStorage, store, bookie_id: str, storage_kind: str, le
             entry_logs: list[int], pacer, progress, scratch) -> ScanReport:
     """The ledgers asked for, their records verified through their index; the entry logs asked for, walked whole."""
     report = ScanReport(bookie_id, storage_kind)
-    with BookieScanner(storage, store, bookie_id, pacer) as scanner, \
+    with LedgerScanner(storage, store, bookie_id, pacer) as scanner, \
             BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(storage.layout, scratch), pacer) as logs:
         if progress and ledgers:
             progress.start("ledgers", len(ledgers), "ledgers")

@@ -31,8 +31,8 @@ MAX_REJUDGEMENTS = 3
 OPEN_LOG_CACHE = 32
 
 
-class BookieScanner:
-    """Scans ledgers of one bookie through their index, against a metadata store."""
+class LedgerScanner:
+    """Scans ledgers of one bookie one at a time, through their index by random reads, against a metadata store."""
 
     def __init__(self, storage: BookieStorage, store, bookie_id: str, pacer: Pacer | None = None):
         self.storage = storage
@@ -49,7 +49,7 @@ class BookieScanner:
             entry_log.close()
         self._logs.clear()
 
-    def __enter__(self) -> "BookieScanner":
+    def __enter__(self) -> "LedgerScanner":
         return self
 
     def __exit__(self, *exc) -> None:

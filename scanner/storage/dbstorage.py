@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions
 
-from scanner.scan.native import native_code
+from scanner.native.switch import native_code
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation, zeroed_uint64
 
@@ -259,7 +259,7 @@ class DbLedgerIndex:
     def _location_batches(self) -> Iterator[tuple[array, array, array, int, bool]]:
         """(ledger ids, entry ids, encoded locations, how many of them, whether one of those locations is 0) of the
         `locations` DB's pairs in key order, _LOCATION_BATCH pairs at a time, each batch checked whole before it is
-        handed out: in the scan's native code when it runs (:mod:`scanner.scan.native`), decoded into three columns that
+        handed out: in the scan's native code when it runs (:mod:`scanner.native.switch`), decoded into three columns that
         serve every batch (valid until the next one), else from the batches' bytes joined."""
         start = LOCATION_KEY.pack(0, 0)
         native = native_code()

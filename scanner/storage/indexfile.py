@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path, PurePosixPath
 
-from scanner.scan.native import native_code
+from scanner.native.switch import native_code
 from scanner.storage.ledgerstate import LedgerState
 from scanner.storage.location import EntryLocation, nonzero_slots, zeroed_uint64
 from scanner.storage.pagecache import PageCacheGuest
@@ -97,7 +97,7 @@ def index_files(current_dir: Path) -> Iterator[tuple[int, str]]:
     """(ledger id, path) of the files two levels under ``current_dir`` that the bookie reads a ledger's index
     from, in directory order: its `.idx`, else a `.rloc` left by an interrupted move.
 
-    The scan's native code, when it runs (:mod:`scanner.scan.native`), lists each first-level directory's files
+    The scan's native code, when it runs (:mod:`scanner.native.switch`), lists each first-level directory's files
     in one call; the loop here is the reference.
     """
     list_natively = getattr(native_code(), "list_index_files", None)  # (not built where getdents64 is missing)
@@ -127,7 +127,7 @@ def read_index_files(files: Iterable[tuple[int, str]]) -> Iterator[IndexedLedger
     file that cannot be read as BookKeeper wrote it; nothing for a file gone since the listing.
 
     Each file is opened a window of files before it is read (:func:`fetched_ahead`). The scan's native code, when it
-    runs (:mod:`scanner.scan.native`), opens and reads a window of small files per call, reading those the page
+    runs (:mod:`scanner.native.switch`), opens and reads a window of small files per call, reading those the page
     cache holds whole as it opens them, into two pairs of columns that serve every other window (the window read
     and the next one opened; fresh pages cost a fault each); every other file, and every file when the Python forms
     are forced (the reference), is read by :class:`IndexFile`.

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from corpus import reference_walker
 from fuzz.budget import HOSTILE_LENGTHS, bounded_memory, file_holding, fuzz_settings
 from scanner.scan.ledger_table import LedgerTable
-from scanner.scan.native_walker import NativeWalk
-from scanner.scan.python_walker import PythonWalk
-from scanner.scan.walk_data import NO_MORE, ExpectedRecords, KnownLedgers
-from scanner.scan.walker import walk_records
+from scanner.scan.record_walk import walk_records
+from scanner.scan.record_walk_in_c import NativeWalk
+from scanner.scan.record_walk_in_python import PythonWalk
+from scanner.scan.record_walk_types import NO_MORE, ExpectedRecords, KnownLedgers
 from scanner.storage.dbstorage import MalformedDbRecord, parse_ledger_data, parse_location_value
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry
 from scanner.storage.entrylog import RECORD_START_SIZE, EntryLog, EntryLogError

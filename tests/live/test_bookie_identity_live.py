@@ -17,13 +17,13 @@ import struct
 import pytest
 
 from livebk import LiveCluster
-from scanner.heal.fragment_copy import FragmentCopier
-from scanner.heal.pool import BookiePool
-from scanner.heal.transport import TransportRefused, cluster_refusal, screen_move
-from scanner.heal.wire import BookieUnreachable
+from scanner.bookie_protocol.pool import BookiePool
+from scanner.bookie_protocol.transport import TransportRefused, cluster_refusal, screen_move
+from scanner.bookie_protocol.wire import BookieUnreachable
 from scanner.metadata.bookie_registry import BOOKIE_RPC, BookieRegistry, registration_path
 from scanner.metadata.proto.data_formats_pb2 import BookieServiceInfoFormat
 from scanner.metadata.uri import open_metadata
+from scanner.repair.fragment_copy import FragmentCopier
 from scanner.repair.zk_acls import zk_acls
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.layout import discover_layout

@@ -84,7 +84,7 @@ def _sealed_indexed_log(bookie) -> Path:
 def test_a_direct_entry_logger_bookie_scanned_during_and_after_writes_and_a_restart_has_no_false_finding(
         tmp_path, capsys, monkeypatch, caplog):
     monkeypatch.setenv("LIVEBK_DIRECT_IO_3", "1")
-    caplog.set_level(logging.INFO, logger="scanner.scan.full_pass")
+    caplog.set_level(logging.INFO, logger="scanner.scan.log_walks")
     scans: dict[str, list[dict]] = {"writing": [], "written": [], "stopped": [], "restarted": []}
     zero_seen: set[str] = set()  # logs a scan met with a header of zeros while the bookie ran
     with LiveCluster(tmp_path / "bk") as cluster:

@@ -1,19 +1,19 @@
 """The record walker: one entry log walked front to back, every record's digest verified, and the index's
 locations into the log matched against the records the walk meets.
 
-Two forms behind one interface (:func:`walk_records`): the native walker (:mod:`scanner.scan.native_walker`,
-its per-record work in C) when the extension is built, and the Python walker (:mod:`scanner.scan.python_walker`),
-the reference, which ``BOOKIE_SCANNER_WALKER=python`` forces (:mod:`scanner.scan.native`). Both find the same;
-the tests check it.
+Two forms behind one interface (:func:`walk_records`): the native walker
+(:mod:`scanner.scan.record_walk_in_c`, its per-record work in C) when the extension is built, and the Python walker
+(:mod:`scanner.scan.record_walk_in_python`), the reference, which ``BOOKIE_SCANNER_NATIVE=0`` forces
+(:mod:`scanner.native.switch`). Both find the same; the tests check it.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from scanner.scan.native import native_code
-from scanner.scan.python_walker import PythonWalk
-from scanner.scan.walk_data import ExpectedRecords, KnownLedgers, VerifierFor
+from scanner.native.switch import native_code
+from scanner.scan.record_walk_in_python import PythonWalk
+from scanner.scan.record_walk_types import ExpectedRecords, KnownLedgers, VerifierFor
 from scanner.storage.entrylog import EntryLog
 
 
@@ -26,6 +26,6 @@ def walk_records(entry_log: EntryLog, verifier_for: VerifierFor, expected: Itera
     ``verifier_for`` each (the Python walker asks ``verifier_for``, which gives the same)."""
     if native_code() is None:
         return PythonWalk(entry_log, verifier_for, expected, start)
-    from scanner.scan.native_walker import NativeWalk
+    from scanner.scan.record_walk_in_c import NativeWalk
 
     return NativeWalk(entry_log, verifier_for, expected, start, known)

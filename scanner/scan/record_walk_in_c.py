@@ -1,5 +1,5 @@
-"""The record walker with its per-record work in C (``scanner.scan._native``): it finds what the Python walker
-(:mod:`scanner.scan.python_walker`, the reference) finds, many times faster.
+"""The record walker with its per-record work in C (``scanner.native._native``): it finds what the Python walker
+(:mod:`scanner.scan.record_walk_in_python`, the reference) finds, many times faster.
 
 The C walker walks the records of one chunk at a time with the GIL released and hands back what it cannot
 decide alone: pace stops, records that need more of the file, irregular records (the entry log judges them,
@@ -12,14 +12,14 @@ from __future__ import annotations
 from array import array
 from typing import Callable, Iterable, Iterator
 
-from scanner.scan import _native
-from scanner.scan.walk_data import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, KnownLedgers,
+from scanner.native import _native
+from scanner.scan.record_walk_types import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, KnownLedgers,
                                     VerifierFor, WalkedRecord, WalkStats, another_entry, counting, failure_reason,
                                     not_a_record_start, unreached, why_unreached)
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.entrylog import PACE_INTERVAL, RECORD_START_SIZE, EntryLog
 
-# The C walker's answers (scanner/scan/_native.c, enum status).
+# The C walker's answers (scanner/native/record_walk.c, enum status).
 PACE, NEED_BYTES, IRREGULAR, NEED_LEDGER, NEED_WINDOW, FAILED, PY_RECORD, FAULTS_FULL = range(8)
 _IN_C = {DigestType.CRC32C: _native.CRC32C, DigestType.CRC32: _native.CRC32, DigestType.DUMMY: _native.DUMMY}
 _EMPTY = array("Q")

@@ -1,6 +1,6 @@
 """Which bookies this agent's wire client may speak to at all, decided before anything is copied.
 
-The client (``scanner.heal.wire``) speaks BookKeeper's v2 protocol in plain TCP, without an
+The client (``scanner.bookie_protocol.wire``) speaks BookKeeper's v2 protocol in plain TCP, without an
 authentication exchange. It cannot speak to a bookie that advertises TLS (the extension ``tls`` of its
 ``bookie-rpc`` endpoint: it has a TLS provider, ``BookieService.publishInfo``) or an authentication
 method (the endpoint's ``auth`` list), nor to any bookie of a cluster whose bookies demand that clients

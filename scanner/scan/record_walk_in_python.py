@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
-from scanner.scan.walk_data import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, VerifierFor,
+from scanner.scan.record_walk_types import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, VerifierFor,
                                     WalkedRecord, WalkStats, another_entry, counting, failure_reason,
                                     not_a_record_start, unreached, why_unreached)
 from scanner.storage.entry import DigestVerifier

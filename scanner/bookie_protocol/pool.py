@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from scanner.heal.wire import BookieConnection, BookieUnreachable
+from scanner.bookie_protocol.wire import BookieConnection, BookieUnreachable
 from scanner.metadata.bookie_registry import BookieNotResolved, legacy_address
 from scanner.metadata.store import MetadataUnavailable
 

@@ -2,8 +2,8 @@
 
 For each entry the fragment places on the bookie being replaced, the copies on the other bookies
 of its write set are read and their digests checked against the ledger metadata; a copy that
-verifies (all that verify must be the same entry: ``verdict``) is sent to the new bookie as a recovery add with the ledger's
-master key, as BookKeeper's LedgerFragmentReplicator does, then read back from it and compared
+verifies (all that verify must be the same entry: ``copy_verdict``) is sent to the new bookie as a recovery add with
+the ledger's master key, as BookKeeper's LedgerFragmentReplicator does, then read back from it and compared
 byte for byte. The stored bytes are copied as they are (header, digest, payload), so the new copy is
 the writer's own. When no peer holds a verifying copy, the replaced bookie's own copy is used if
 the scan did not find it damaged and it verifies. Nothing is written to the replaced bookie.
@@ -21,11 +21,11 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from scanner.bookie_protocol.pool import BookiePool
+from scanner.bookie_protocol.wire import BookieUnreachable, ReturnCode, code_name
 from scanner.checks.findings import EntryRanges, in_ranges
-from scanner.heal.pool import BookiePool
-from scanner.heal.verdict import CopyState, PeerCopy, Verdict, judge, judge_copy
-from scanner.heal.wire import BookieUnreachable, ReturnCode, code_name
 from scanner.metadata.ledger import Fragment, LedgerMetadata
+from scanner.repair.copy_verdict import CopyState, PeerCopy, Verdict, judge, judge_copy
 from scanner.storage.entry import DigestVerifier, master_key
 from throttle import TokenBucket
 

@@ -1,0 +1,25 @@
+"""When a move that did not happen is tried again, and when it is the operator's turn."""
+
+from __future__ import annotations
+
+from scanner.repair.rereplicate import Outcome
+
+RETRY_SECONDS = (30.0, 600.0)  # a move that failed, or could not be made, is tried again: first after, at most after
+BUSY_SECONDS = 10.0  # another repairer holds the ledger's lock: ask again after this
+ESCALATE_AFTER_FAILURES = 3  # moves failed or without a bookie to go to (a bookie down or restarting,
+# ZooKeeper trouble) before the operator is told: the third try comes 90 s after the first
+
+
+def retry_seconds(failures: int) -> float:
+    """How long after the ``failures``-th failed move in a row the next is tried: doubling, up to a limit."""
+    return min(RETRY_SECONDS[1], RETRY_SECONDS[0] * 2 ** (failures - 1))
+
+
+def escalate_now(outcome: Outcome, failures: int) -> bool:
+    """Whether a move that did not happen, the ``failures``-th in a row, is for the operator now.
+
+    No verified copy anywhere, or a move this scanner refuses to make, will not come by waiting: at once. No bookie to move to, or a move that
+    failed, is what a bookie restarting or a ZooKeeper election looks like for a while: only when it
+    lasts (``ESCALATE_AFTER_FAILURES`` in a row), so a bookie's restart pages no one.
+    """
+    return outcome in (Outcome.NO_GOOD_COPY, Outcome.REFUSED) or failures >= ESCALATE_AFTER_FAILURES

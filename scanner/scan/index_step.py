@@ -1,0 +1,191 @@
+"""The first steps of a full pass (:mod:`scanner.scan.full_pass`): the index read once in its order, and the cluster.
+
+1. The index: for each ledger (metadata read in pipelined batches), conditions 1 and 2 from its
+   entry list; its digest type and key go to a compact table, its locations to sorted runs.
+2. The cluster: ledgers the metadata places on this bookie that the index lacks (condition 1).
+
+What the index step found short is judged once confirmed (:mod:`scanner.scan.confirmation`).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from array import array
+from itertools import islice
+from typing import Callable, Iterator
+
+from scanner.checks.findings import Finding
+from scanner.checks.ledger_check import LedgerEvidence, judge_ledger
+from scanner.metadata.ledger import LedgerMetadata
+from scanner.metadata.store import LedgerRead
+from scanner.scan.completeness import holds_every_entry
+from scanner.scan.lean_metadata import LeanLedger, lean_ledgers
+from scanner.scan.location_runs import LocationRuns
+from scanner.scan.record_walk_types import KnownLedgers
+from scanner.scan.targeted import verifier_of
+from scanner.storage.dbstorage import DbIndexError
+from scanner.storage.entry import DigestType, DigestVerifier
+
+log = logging.getLogger(__name__)
+
+METADATA_BATCH = 500  # ledgers whose metadata is read in one pipelined round
+BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metadata is read
+_ENTRY_ID = struct.Struct(">8xq")  # a stored entry starts with its ledgerId, then its entryId
+_DIGEST_TYPES = {0: None, **{digest_type.value: digest_type for digest_type in DigestType}}  # by lean number
+
+
+class RecordingVerifier:
+    """A digest verifier that also notes which entries of its ledger the walk met (for an unindexed ledger)."""
+
+    __slots__ = ("_verifier", "entries", "logs", "digest_type", "min_length")
+
+    def __init__(self, verifier: DigestVerifier | None):
+        self._verifier = verifier
+        self.entries: set[int] = set()
+        self.logs: set[int] = set()
+        self.digest_type = verifier.digest_type if verifier else None
+        self.min_length = verifier.min_length if verifier else 0
+
+    def verify(self, entry: memoryview) -> bool:
+        self.entries.add(_ENTRY_ID.unpack_from(entry)[0])
+        return self._verifier is None or self._verifier.verify(entry)
+
+
+class IndexStep:
+    """The pass's steps 1 and 2, a part of :class:`scanner.scan.full_pass.BookiePass` (whose state they fill)."""
+
+    # -- 1. the index -------------------------------------------------------------------------
+
+    def read_index(self) -> None:
+        self.runs = LocationRuns(self.scratch)
+        index = self.storage.indexed_ledgers(self.dir_index)
+        lean_source = self._lean_source()
+        try:
+            while batch := _next_batch(index):
+                ledger_ids = [ledger_id for ledger_id, _, _ in batch]
+                self.pacer.take_entries(sum(len(entry_ids) for _, entry_ids, _ in batch if entry_ids is not None))
+                if lean_source is None:
+                    for (_, entry_ids, raw_locations), read in zip(batch, self.store.ledger_batch(ledger_ids)):
+                        self._index_ledger(read, entry_ids, raw_locations)
+                    continue
+                data, read_of = lean_source(ledger_ids)
+                leans = lean_ledgers(ledger_ids, data, self.bookie_id, [entry_ids for _, entry_ids, _ in batch])
+                for i, ((ledger_id, entry_ids, raw_locations), lean) in enumerate(zip(batch, leans)):
+                    if lean is None:
+                        self._index_ledger(read_of(i), entry_ids, raw_locations)
+                    else:
+                        self._index_lean(ledger_id, lean, entry_ids, raw_locations, lambda i=i: read_of(i).meta)
+        except DbIndexError as error:
+            # The index stops reading part-way: every ledger it would have listed is judged on its own.
+            log.warning("%s", error)
+            self.index_problem = str(error)
+        self.runs.finish()
+        # What the walks may look up themselves: every ledger of the table but those whose own index did not read
+        # (their records are noted by the recording verifier ``_verifier_for`` gives)
+        self._known = KnownLedgers(*self.table.columns(), asked=array("Q", sorted(self._unindexed)))
+
+    def _lean_source(self) -> Callable[[list[int]], tuple[list, Callable[[int], LedgerRead]]] | None:
+        """Where the store offers the undecoded znodes: for a batch of ledger ids, (each one's znode bytes, None for
+        none; the whole metadata of the i-th, read on demand). A dump store gives the bytes alone and reads a
+        ledger again when it is needed whole (few are); a store reached over the network gives its znodes once."""
+        store = self.store
+        if getattr(store, "ledger_data", None) is not None:
+            return lambda ledger_ids: (store.ledger_data(ledger_ids),
+                                       lambda i: store.ledger_batch([ledger_ids[i]])[0])
+        if getattr(store, "ledger_nodes", None) is None:
+            return None
+
+        def from_nodes(ledger_ids: list[int]):
+            nodes = store.ledger_nodes(ledger_ids)
+            return ([None if node is None else node.data for _, node in nodes],
+                    lambda i: store.ledger_read(ledger_ids[i], *nodes[i]))
+        return from_nodes
+
+    def _index_ledger(self, read: LedgerRead, entry_ids, raw_locations) -> None:
+        ledger_id = read.ledger_id
+        owned = self.owns_ledger(ledger_id)
+        if owned:
+            self.totals.ledgers_checked += 1
+        if read.error is not None:
+            if owned:
+                self._undecodable(ledger_id, read.error)
+            return
+        if entry_ids is None:  # the ledger's own index does not read: judged at the end, with its logged records
+            if owned and read.meta is not None:
+                self._unindexed[ledger_id] = RecordingVerifier(verifier_of(read.meta))
+                self.table.add(ledger_id, read.meta.digest_type, read.meta.password)
+            return
+        if read.meta is None:
+            if owned:
+                self.orphans[ledger_id].indexed = len(entry_ids)
+            self._add_locations(ledger_id, entry_ids, raw_locations)
+        else:
+            complete = not owned or holds_every_entry(read.meta, self.bookie_id, entry_ids)
+            self._index_known(ledger_id, read.meta.digest_type, read.meta.password, complete, lambda: read.meta,
+                              entry_ids, raw_locations)
+
+    def _index_lean(self, ledger_id: int, lean: LeanLedger, entry_ids, raw_locations,
+                    meta: Callable[[], LedgerMetadata]) -> None:
+        """A ledger the index lists and the metadata has, from what :mod:`scanner.scan.lean_metadata` took of it."""
+        digest_type, password, complete = lean
+        if self.owns_ledger(ledger_id):
+            self.totals.ledgers_checked += 1
+        self._index_known(ledger_id, _DIGEST_TYPES[digest_type], password, complete, meta, entry_ids, raw_locations)
+
+    def _index_known(self, ledger_id: int, digest_type: DigestType | None, password: bytes | None, complete: bool,
+                     meta: Callable[[], LedgerMetadata], entry_ids, raw_locations) -> None:
+        """``complete``: whether the index holds every entry owed (for a ledger this pass owns); ``meta`` gives the
+        whole metadata, for a ledger that is not."""
+        self.table.add(ledger_id, digest_type, password)
+        if self.owns_ledger(ledger_id) and not complete:
+            metadata = meta()
+            evidence = LedgerEvidence(ledger_id, entry_ids)
+            if any(not f.category.informational for f in judge_ledger(metadata, self.bookie_id, evidence)):
+                self._recheck.add(ledger_id)
+        self._add_locations(ledger_id, entry_ids, raw_locations)
+
+    def _add_locations(self, ledger_id: int, entry_ids, raw_locations) -> None:
+        if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
+            entry_ids, raw_locations = self._into_own_logs(entry_ids, raw_locations)
+        self.runs.add(ledger_id, entry_ids, raw_locations)
+
+    def _into_own_logs(self, entry_ids, raw_locations):
+        # `.idx` storage spreads one id space of logs over all ledger dirs: keep the locations into ours.
+        keep = [i for i, raw in enumerate(raw_locations) if raw >> 32 in self._own_log_ids]
+        if len(keep) == len(raw_locations):
+            return entry_ids, raw_locations
+        return array("Q", (entry_ids[i] for i in keep)), array("Q", (raw_locations[i] for i in keep))
+
+    # -- 2. the cluster -----------------------------------------------------------------------
+
+    def read_cluster(self) -> None:
+        """Ledgers the metadata places on this bookie that the index does not have (condition 1)."""
+        ids = (i for i in self.store.ledger_ids()
+               if self.owns_ledger(i) and i not in self.table and i not in self.orphans and i not in self._recheck
+               and i not in self.undecodable and i not in self._unindexed)
+        while batch := list(islice(ids, METADATA_BATCH)):
+            for read in self.store.ledger_batch(batch):
+                if read.error is not None:
+                    self._undecodable(read.ledger_id, read.error)
+                elif read.meta is not None and judge_ledger(read.meta, self.bookie_id,
+                                                            LedgerEvidence(read.ledger_id, None)):
+                    self._unindexed[read.ledger_id] = RecordingVerifier(verifier_of(read.meta))
+                    self.totals.ledgers_checked += 1
+
+    def judge_index(self) -> list[Finding]:
+        """Conditions 1 and 2 for the ledgers whose index the index step found short, confirmed now."""
+        ledgers = sorted(self._recheck)
+        self._recheck.clear()
+        return self._confirm(ledgers, {}, with_index=set(ledgers))
+
+
+def _next_batch(index: Iterator) -> list:
+    """Up to METADATA_BATCH ledgers (and about BATCH_ENTRIES entries) from the index."""
+    batch, entries = [], 0
+    for item in index:
+        batch.append(item)
+        entries += 0 if item[1] is None else len(item[1])
+        if len(batch) >= METADATA_BATCH or entries >= BATCH_ENTRIES:
+            break
+    return batch
