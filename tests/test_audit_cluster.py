@@ -99,7 +99,7 @@ def test_spark_submit_as_the_readme_documents_finds_what_local_spark_finds(clust
     environment = _python_environment(tmp_path)
     package = tmp_path / "bookie-scanner.zip"
     subprocess.run([sys.executable, "-m", "zipfile", "-c", str(package), "scanner", "throttle"], cwd=REPO, check=True)
-    job_file = subprocess.run([sys.executable, "-c", "import scanner.audit.job as j; print(j.__file__)"],
+    job_file = subprocess.run([sys.executable, "-c", "import scanner.spark_submit as s; print(s.__file__)"],
                               capture_output=True, text=True, check=True).stdout.strip()
     spark_submit = shutil.which("spark-submit", path=os.path.dirname(sys.executable)) or "spark-submit"
     before = _apps_run_by(cluster)

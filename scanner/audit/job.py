@@ -12,8 +12,7 @@ are judged in Python, one ledger at a time, by ``judging.judge_ledger``. Before 
 reported, the executor that found it reads its ledger's metadata again and judges again a ledger whose
 metadata changed meanwhile, as BP-34 asks. The driver holds nothing per ledger.
 
-Runnable by spark-submit (it is the ``audit`` command):
-    spark-submit --master yarn --py-files bookie-scanner.zip scanner/audit/job.py --exports DIR ...
+On a cluster, ``spark-submit`` runs ``scanner/spark_submit.py``, the ``audit`` command.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import contextlib
 import dataclasses
 import functools
 import re
-import sys
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -302,14 +300,3 @@ def _confirmed(client, source: ZooKeeperSource, pending, context) -> Iterator[Le
 
 def _listings(rows) -> list[BookieListing]:
     return [BookieListing(row["bookie_id"], bytes(row["entries"]), bytes(row["damaged"])) for row in rows]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``spark-submit .../scanner/audit/job.py ARGS`` = ``bookie-scanner audit ARGS``."""
-    from scanner.cli import main as cli_main
-
-    return cli_main(["audit", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
