@@ -189,7 +189,7 @@ class Rereplicator:
         """
         started = self.clock()
         progress = _Progress(mark_zxid)
-        self._answers: dict[int, list[PeerCopy]] = {}
+        self._answers.clear()
         try:
             if dry_run:
                 outcome, detail = self._judge(ledger_id, damaged)
