@@ -222,7 +222,7 @@ def test_the_scratch_table_answers_as_the_dump_says_natively_and_in_python(tmp_p
 
     monkeypatch.setenv("BOOKIE_SCANNER_NATIVE", "1" if walker == "native" else "0")
     if hashing == "colliding":
-        monkeypatch.setattr(znode_table, "_key", lambda path: len(path) % 3)
+        monkeypatch.setattr(znode_table, "_hash", lambda path: len(path) % 3)
     nodes = [ZNode("/", b"root", False, 1, 0, None), ZNode("/ledgers", None, False, 2, 0, 5),
              ZNode("/ledgers/LAYOUT", layout_bytes(LedgerManager.HIERARCHICAL), False, 3, 0, 1700000000000),
              ZNode("/ledgers/00", b"", True, 4, -1, -(2**63)), ZNode("/ledgers/00/0000", b"", False, 5, 2**63 - 1, 0)]

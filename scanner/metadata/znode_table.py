@@ -17,6 +17,8 @@ import tempfile
 import threading
 from array import array
 from collections.abc import Iterable
+from itertools import accumulate, count, groupby, islice, repeat
+from operator import ne
 
 from scanner.metadata.store import ZNode
 from scanner.native.switch import native_code
@@ -60,16 +62,13 @@ class ZNodeTable:
         try:
             position, pending, written = 0, [], 0
             for records, paths, lengths in runs:
+                # a run's records a column at a time, in C-speed steps (a dump's million znodes come this way)
                 pending.append(records)
                 number, run_start = len(self._starts), position
-                for path, length in zip(paths, lengths):
-                    self._starts.append(position)
-                    position += length
-                    keys.append(_key(path))
-                    parent, _, name = path.rpartition("/")
-                    if name:
-                        self._children.setdefault(parent, array("I")).append(number)
-                    number += 1
+                self._starts.extend(islice(accumulate(lengths, initial=position), len(lengths)))
+                position += sum(lengths)
+                keys.frombytes(_keys(paths))
+                self._note_children(paths, number)
                 if position - run_start != len(records):
                     raise ValueError(f"a run of {len(records)} bytes of records said its records took {position - run_start}")
                 if position - written >= _WRITE_BUFFER:
@@ -82,6 +81,15 @@ class ZNodeTable:
         except BaseException:
             self.close()
             raise
+
+    def _note_children(self, paths: list[str], first: int) -> None:
+        """Records ``first``, ``first`` + 1, ... (of ``paths``) among their parents' children; a dump lists a parent's
+        children together, so they are noted a parent at a time."""
+        split = map(str.rpartition, paths, repeat("/"))
+        for parent, children in groupby(zip(split, count(first)), key=_parent):
+            numbers = array("I", [number for (_, _, name), number in children if name])
+            if numbers:
+                self._children.setdefault(parent, array("I")).extend(numbers)
 
     def node(self, path: str) -> ZNode | None:
         return self.nodes([path])[0]
@@ -103,7 +111,7 @@ class ZNodeTable:
         if native is None:
             return self._read({number for path in absolute for number in self._numbers_of(path)})
         candidates = set()
-        for found in native.find_records(self._keys, self._numbers, array("Q", map(_key, absolute))):
+        for found in native.find_records(self._keys, self._numbers, array("Q", _keys(absolute))):
             if type(found) is int:
                 candidates.add(found)
             elif found is not None:
@@ -160,6 +168,8 @@ class ZNodeTable:
     def _drop_replaced(self) -> None:
         """A path given more than once keeps its last record: the others leave the index and their parent's children."""
         keys, numbers = self._keys, self._numbers
+        if all(map(ne, keys, islice(keys, 1, None))):  # no hash twice (the common case), told in C-speed steps
+            return
         replaced = set()
         for i in range(1, len(keys)):
             if keys[i] == keys[i - 1] and (i < 2 or keys[i - 2] != keys[i]):  # the first of a run of equal hashes
@@ -178,8 +188,21 @@ class ZNodeTable:
                 self._children[parent] = array("I", (number for number in children if number not in replaced))
 
 
+_hash = hash  # a path's key is its hash, as uint64
+
+
 def _key(path: str) -> int:
-    return hash(path) & 0xFFFF_FFFF_FFFF_FFFF
+    return _hash(path) & 0xFFFF_FFFF_FFFF_FFFF
+
+
+def _keys(paths: Iterable[str]) -> bytes:
+    """The keys of ``paths`` (as :func:`_key` gives them) as the bytes of an ``array('Q')``, made in C-speed steps: a
+    hash's two's complement is its key."""
+    return array("q", map(_hash, paths)).tobytes()
+
+
+def _parent(numbered: tuple[tuple[str, str, str], int]) -> str:
+    return numbered[0][0]
 
 
 def _record(span: bytes, at: int, path_only: bool) -> tuple | str:
