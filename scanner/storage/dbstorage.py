@@ -212,8 +212,10 @@ class DbLedgerIndex:
         """(ledger id, None, or the MalformedDbRecord its `LedgerData` record raises: it does not parse, and
         BookKeeper's start-up would fail on it) for every ledger in the `ledgers` DB, ascending."""
         ledger_data, decode_error = _protobuf()
-        message = ledger_data()  # one message parses every record: ParseFromString clears it first
         for ledger_ids, values in self._ledger_batches():
+            # One message parses a batch's records (ParseFromString clears it first); not more, as what it parsed stays
+            # in its arena until the message goes (a million records in one message took 23 MiB).
+            message = ledger_data()
             for ledger_id, value in zip(ledger_ids, values):
                 try:
                     message.ParseFromString(value)
