@@ -27,8 +27,10 @@ from scanner.native.switch import native_code
 _HEADER = struct.Struct("<IiBqqBq")
 _NO_DATA = -1
 _SPAN_GAP = 1 << 16  # records this close are read in one go with those before them
-_SPAN_LIMIT = 1 << 22  # bytes read at once at most (a record longer than this is read alone)
-_WRITE_BUFFER = 1 << 20
+# Bytes read at once at most (a record longer than this is read alone), and written at once: under glibc's mmap
+# threshold as the CLI fixes it (see json_list.READ_CHUNK), so the buffers are the heap's, used again.
+_SPAN_LIMIT = 1 << 16
+_WRITE_BUFFER = 1 << 16
 
 
 # Records of several znodes laid end to end, each one's path and each one's length in bytes (the run's records).

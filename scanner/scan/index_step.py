@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 METADATA_BATCH = 500  # ledgers whose metadata is read in one pipelined round
 BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metadata is read
-CLUSTER_CHUNK = 10_000  # the store's ledger ids set against the index step's at once (a hierarchical leaf parent's)
+CLUSTER_CHUNK = 1_000  # the store's ledger ids set against the index step's at once (their sets stay small: see
+# json_list.READ_CHUNK)
 _ENTRY_ID = struct.Struct(">8xq")  # a stored entry starts with its ledgerId, then its entryId
 _DIGEST_TYPES = {0: None, **{digest_type.value: digest_type for digest_type in DigestType}}  # by lean number
 
