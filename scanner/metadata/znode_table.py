@@ -150,15 +150,21 @@ class ZNodeTable:
         i = 0
         while i < len(numbers):
             first = starts[numbers[i]]
-            j = i + 1
-            while (j < len(numbers) and starts[numbers[j]] - starts[numbers[j - 1] + 1] <= _SPAN_GAP
-                   and starts[numbers[j] + 1] - first <= _SPAN_LIMIT):
-                j += 1
+            if numbers[-1] - numbers[i] == len(numbers) - 1 - i:
+                # The rest are neighbours (a parent's children, as a dump lists them): no gaps, only the limit, found
+                # by bisection: the records up to the first whose end lies past it (one at least).
+                beyond = bisect.bisect_right(starts, first + _SPAN_LIMIT, numbers[i] + 2, numbers[-1] + 2)
+                j = i + max(1, beyond - 1 - numbers[i])
+            else:
+                j = i + 1
+                while (j < len(numbers) and starts[numbers[j]] - starts[numbers[j - 1] + 1] <= _SPAN_GAP
+                       and starts[numbers[j] + 1] - first <= _SPAN_LIMIT):
+                    j += 1
             with self._lock:
                 if self._fd is None:
                     return []
                 span = os.pread(self._fd, starts[numbers[j - 1] + 1] - first, first)
-            offsets = [starts[number] - first for number in numbers[i:j]]
+            offsets = list(map(first.__rsub__, map(starts.__getitem__, numbers[i:j])))
             native = native_code()
             if native is None:
                 found.extend(_record(span, at, paths_only) for at in offsets)
