@@ -4,6 +4,7 @@ negative storage-flags key, malformed records, and opening without writing into 
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -290,3 +291,40 @@ def test_locations_decoded_natively_are_what_the_python_batches_give(tmp_path, m
         assert found[5][1] == list(range(50)) and found[5][2] == [11 << 32 | 1028 + e for e in range(50)]
     else:
         assert error is not None and str(current) in error and [ledger_id for ledger_id, _, _ in found] == [1]
+
+
+@pytest.mark.parametrize("batch", [3, 1024])
+def test_the_ledgers_db_read_in_batches_reads_as_pair_by_pair(tmp_path, monkeypatch, batch):
+    # Ledgers 0..7 (ledger 5's record not a protobuf), then a key of 9 bytes (it sorts between ledgers 7 and 8): every
+    # ledger before it comes out, in order, ledger 5 with its error, then the short key raises; without it, every
+    # ledger comes out and the storage flags' negative key does not.
+    monkeypatch.setattr(dbstorage, "_LEDGER_BATCH", batch)
+    records = {ledger_key(i): b"\xff\xff" if i == 5 else ledger_data() for i in range(10)}
+    records[ledger_key(STORAGE_FLAGS_KEY)] = struct.pack(">q", 1)
+    current = tmp_path / "i0" / "current"
+    layout = BookieLayout("127.0.0.1:3181", "db", (tmp_path / "l0",), (tmp_path / "i0",), False, {})
+    (tmp_path / "l0" / "current").mkdir(parents=True)
+
+    def indexed(records: dict[bytes, bytes]) -> tuple[list, str | None]:
+        write_db(current / "ledgers", records)
+        write_db(current / "locations", {location_key(i, 0): location_value(0, 1028 + i) for i in range(10)})
+        found = []
+        work = tmp_path / "work"
+        work.mkdir(exist_ok=True)
+        with DbStorage(layout, work) as storage:
+            try:
+                for ledger_id, entry_ids, read in storage.indexed_ledgers():
+                    found.append((ledger_id, None if entry_ids is None else list(entry_ids),
+                                  read if entry_ids is None else list(read)))
+            except MalformedDbRecord as error:
+                return found, str(error)
+        return found, None
+
+    found, error = indexed(records)
+    assert error is None and [ledger_id for ledger_id, _, _ in found] == list(range(10))
+    assert found[4] == (4, [0], [1028 + 4]) and found[5][1] is None
+    assert isinstance(found[5][2], MalformedDbRecord) and f"{current / 'ledgers'}: key 5: expected a LedgerData" in str(found[5][2])
+    shutil.rmtree(current)
+    found, error = indexed({**records, ledger_key(7) + b"\0": ledger_data()})
+    assert [ledger_id for ledger_id, _, _ in found] == list(range(8))
+    assert error is not None and "expected 8 bytes, found 9" in error

@@ -12,6 +12,7 @@ from scanner.metadata.ledger_paths import (
     layout_bytes,
     ledger_id_from_path,
     ledger_path,
+    ledger_paths,
     parse_layout,
     walk_ledger_ids,
 )
@@ -48,6 +49,21 @@ def test_paths_match_the_verified_table_and_parse_back(manager, ledger_id):
     assert path == "/ledgers" + expected
     assert ledger_id_from_path(manager, "/ledgers", path) == ledger_id
     assert ledger_id_from_path(manager, "/other", path) is None
+
+
+@pytest.mark.parametrize("manager", list(LedgerManager))
+def test_a_batch_of_paths_is_each_ids_path(manager):
+    # A batch in the short range (named in one step where the manager has it) and batches reaching out of it, or out
+    # of what the manager can hold (None there), give what ledger_path gives each id.
+    short = [0, 1, 9, 10, 123456789, 2147483646, 99999999, 100000000]
+    for batch in (short, short + [2147483647], [-1] + short, short + [2**63], sorted(PATHS), []):
+        expected = []
+        for ledger_id in batch:
+            try:
+                expected.append(ledger_path(manager, "/ledgers", ledger_id))
+            except ValueError:
+                expected.append(None)
+        assert ledger_paths(manager, "/ledgers", batch) == expected
 
 
 def test_ids_outside_the_java_long_range_are_refused():

@@ -7,7 +7,7 @@ import random
 from corpus import reference_walker
 from scanner.native.switch import native_code
 from scanner.scan.ledger_table import LedgerTable
-from scanner.storage.entry import DigestType, build_entry
+from scanner.storage.entry import DigestType, build_entry, mac_key
 
 PASSWORDS = (b"", b"secret", b"other")
 
@@ -76,3 +76,31 @@ def test_the_native_sort_orders_the_table_as_pyarrow_does():
     with reference_walker():
         assert frozen() == native
     assert native[0] == sorted(ids)
+
+
+def test_ledgers_added_together_are_the_ledgers_added_one_at_a_time():
+    # 300 kinds (the numbers widen past a byte in the middle of a batch), given in batches or one at a time.
+    kinds = [(DigestType.HMAC, bytes([k % 256, k // 256])) for k in range(300)] + [(None, b"")]
+    ledgers = [(ledger_id * 7 % 1000, kinds[ledger_id % len(kinds)]) for ledger_id in range(1000)]
+    one, batched = LedgerTable(), LedgerTable()
+    for ledger_id, (digest_type, password) in ledgers:
+        one.add(ledger_id, digest_type, password)
+    for at in range(0, len(ledgers), 97):
+        batch = ledgers[at:at + 97]
+        batched.add_ledgers([ledger_id for ledger_id, _ in batch], [kind for _, kind in batch])
+    ids, numbers, verifiers = batched.columns()
+    assert (ids, numbers) == one.columns()[:2]
+    assert [(v.digest_type, v.mac_key) if v else None for v in verifiers] == \
+        [(v.digest_type, v.mac_key) if v else None for v in one.columns()[2]]
+    for ledger_id, (digest_type, password) in ledgers[::37]:
+        verifier = batched.verifier(ledger_id)
+        assert (verifier.digest_type, verifier.mac_key) == (digest_type, mac_key(password)) if digest_type else verifier is None
+
+
+def test_the_ledgers_a_table_lacks_are_told_among_any_ids():
+    table = LedgerTable()
+    for ledger_id in range(0, 10_000, 3):
+        table.add(ledger_id, DigestType.CRC32C, b"p")
+    asked = list(range(5, 50)) + [2**63 - 1, 9999, 0]
+    assert table.lacking(asked) == {i for i in asked if i % 3 or i >= 10_000}
+    assert table.lacking([]) == set() and table.lacking([9]) == set() and table.lacking([10]) == {10}

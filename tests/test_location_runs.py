@@ -95,3 +95,38 @@ def test_a_window_still_viewed_keeps_its_locations_while_later_batches_are_serve
         for log in range(1, 30):
             assert [t for window in runs.windows(log) for t in served(window)] == expected(log)
         assert [t for window in held for t in served(window)] == expected(0)
+
+
+@pytest.mark.parametrize("run_entries", [7, 50, 1 << 18])
+def test_ledgers_added_together_make_the_runs_added_one_at_a_time(tmp_path, run_entries):
+    # Ledgers of 0 to 30 entries (more than a run of 7 in one), given a few at a time or one at a time: the same runs,
+    # spilled after the same ledgers, hold the same columns.
+    rng = random.Random(11)
+    ledgers = []
+    for ledger_id in range(1, 300):
+        entries = array("Q", sorted(rng.sample(range(40), rng.choice([0, 1, 2, 10, 30]))))
+        ledgers.append((ledger_id, entries, array("Q", (encoded(rng.randrange(5), rng.randrange(1024, 1 << 20))
+                                                        for _ in entries))))
+
+    def runs_of(add) -> tuple[int, list]:
+        with LocationRuns(tmp_path, run_entries=run_entries) as runs:
+            add(runs)
+            runs.finish()
+            return runs.count, [[list(run.column(which, 0, run.count)) for which in range(3)] for run in runs._runs]
+
+    def one_at_a_time(runs):
+        for ledger in ledgers:
+            runs.add(*ledger)
+
+    def together(runs):
+        at = 0
+        while at < len(ledgers):
+            group = ledgers[at:at + rng.randrange(1, 40)]
+            runs.add_ledgers([ledger_id for ledger_id, _, _ in group], [entries for _, entries, _ in group],
+                             [found for _, _, found in group])
+            at += len(group)
+
+    expected = runs_of(one_at_a_time)
+    assert expected[0] == sum(len(entries) for _, entries, _ in ledgers)
+    assert len(expected[1]) > (1 if run_entries < 1000 else 0)
+    assert runs_of(together) == expected

@@ -222,7 +222,7 @@ def test_the_scratch_table_answers_as_the_dump_says_natively_and_in_python(tmp_p
 
     monkeypatch.setenv("BOOKIE_SCANNER_NATIVE", "1" if walker == "native" else "0")
     if hashing == "colliding":
-        monkeypatch.setattr(znode_table, "_key", lambda path: len(path) % 3)
+        monkeypatch.setattr(znode_table, "_hash", lambda path: len(path) % 3)
     nodes = [ZNode("/", b"root", False, 1, 0, None), ZNode("/ledgers", None, False, 2, 0, 5),
              ZNode("/ledgers/LAYOUT", layout_bytes(LedgerManager.HIERARCHICAL), False, 3, 0, 1700000000000),
              ZNode("/ledgers/00", b"", True, 4, -1, -(2**63)), ZNode("/ledgers/00/0000", b"", False, 5, 2**63 - 1, 0)]
@@ -287,3 +287,26 @@ def test_native_packing_reads_and_refuses_each_item_as_the_python_reference(tmp_
         except DumpFormatError as error:
             outcomes.append(str(error))
     assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("span_limit", [1, 300, 1 << 16])
+def test_records_read_in_spans_of_any_length_are_the_same_records(tmp_path, monkeypatch, span_limit):
+    # Each record alone, a few at a time, or many: neighbours (a parent's children) and scattered records (a batch of
+    # ledgers) read back the same nodes and children.
+    from scanner.metadata import znode_table
+    nodes = [ZNode("/ledgers", None, False, 2, 0, 5),
+             ZNode("/ledgers/LAYOUT", layout_bytes(LedgerManager.HIERARCHICAL), False, 3, 0, None)]
+    nodes += [ZNode(path, b"", False, 4, 0, None) for path in ("/ledgers/00", "/ledgers/00/0000", "/ledgers/00/0001")]
+    nodes += [ZNode(ledger_path(LedgerManager.HIERARCHICAL, "/ledgers", ledger_id), bytes([ledger_id % 256]) * (ledger_id % 97),
+                    False, 10 + ledger_id, 0, None) for ledger_id in range(0, 20_000, 67)]
+    dump = tmp_path / "dump.json"
+    with open(dump, "w") as out:
+        write_dump_nodes(nodes, out)
+    with SnapshotStore(dump) as store:
+        paths = [node.path for node in nodes]
+        ledger_ids = list(store.ledger_ids())
+        scattered = ledger_ids[::3] + ledger_ids[1::3]
+        expected = (store.nodes(paths), [store.children(path) for path in paths], store.ledger_data(scattered))
+        monkeypatch.setattr(znode_table, "_SPAN_LIMIT", span_limit)
+        assert (store.nodes(paths), [store.children(path) for path in paths], store.ledger_data(scattered)) == expected
+    assert expected[0] == nodes and len(ledger_ids) == 299

@@ -11,11 +11,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from kazoo.protocol.states import KazooState
 
-from scanner.metadata.store import LedgerRead, MetadataUnavailable
+from scanner.metadata.store import LedgerRead, MetadataUnavailable, ZNode
 
 log = logging.getLogger(__name__)
 
-# A decoded ledger's metadata is about a KiB: this bounds the cache to about 20 MiB, whatever the cluster's size.
+# A ledger's znode (its path and a few hundred bytes of data) is kept: this bounds the cache to a few MiB, whatever the
+# cluster's size.
 CACHED_LEDGERS = 20_000
 # How often a read in flight checks that ZooKeeper is still connected.
 CONNECTION_CHECK_SECONDS = 0.1
@@ -33,7 +34,7 @@ class CachedMetadata:
         self.store = store
         self.capacity = capacity
         self._lock = threading.Lock()
-        self._ledgers: OrderedDict[int, object] = OrderedDict()
+        self._ledgers: OrderedDict[int, tuple[str | None, ZNode | None]] = OrderedDict()  # ledger -> (path, znode)
         self._ledger_ids: array | None = None
         self._reachable = True
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="metadata-read")
@@ -56,38 +57,43 @@ class CachedMetadata:
         return self._reachable if client is None else bool(client.connected) and self._reachable
 
     def ledger(self, ledger_id: int):
-        if self.client is not None and not self.client.connected:
-            return self._cached(ledger_id, None)
-        try:
-            meta = self._read(lambda: self.store.ledger(ledger_id))
-        except MetadataUnavailable as exc:
-            return self._cached(ledger_id, exc)
-        self._note_reachable(True)
-        with self._lock:
-            self._remember(ledger_id, meta)
-        return meta
+        """The ledger's metadata, or None if there is no such ledger; raises MetadataFormatError when its znode does not
+        decode (as a store's ``ledger`` does)."""
+        read = self.ledger_batch([ledger_id])[0]
+        if read.error is not None:
+            raise read.error
+        return read.meta
 
     def ledger_batch(self, ledger_ids: list[int]) -> list[LedgerRead]:
+        return [self.store.ledger_read(ledger_id, path, node)
+                for ledger_id, (path, node) in zip(ledger_ids, self.ledger_nodes(ledger_ids))]
+
+    def ledger_nodes(self, ledger_ids: list[int]) -> list[tuple[str | None, ZNode | None]]:
+        """(znode path, znode) of each of ``ledger_ids`` as the store reads them (a pass's index step decodes only what
+        it needs of them), or as last read while the store does not answer. The cache keeps znodes, not their decoded
+        metadata: a ledger is decoded again only when read from the cache."""
         if self.client is not None and not self.client.connected:
-            return [LedgerRead(i, self._cached(i, None)) for i in ledger_ids]
+            return [self._cached(i, None) for i in ledger_ids]
         try:
-            reads = self._read(lambda: self.store.ledger_batch(ledger_ids))
+            nodes = self._read(lambda: self.store.ledger_nodes(ledger_ids))
         except MetadataUnavailable as exc:
-            return [LedgerRead(i, self._cached(i, exc)) for i in ledger_ids]
+            return [self._cached(i, exc) for i in ledger_ids]
         self._note_reachable(True)
         with self._lock:
-            for read in reads:
-                if read.error is None:
-                    self._remember(read.ledger_id, read.meta)
-        return reads
+            for ledger_id, found in zip(ledger_ids, nodes):
+                self._remember(ledger_id, found)
+        return nodes
 
-    def _remember(self, ledger_id: int, meta) -> None:
-        self._ledgers[ledger_id] = meta
+    def ledger_read(self, ledger_id: int, path: str | None, node: ZNode | None) -> LedgerRead:
+        return self.store.ledger_read(ledger_id, path, node)
+
+    def _remember(self, ledger_id: int, found: tuple[str | None, ZNode | None]) -> None:
+        self._ledgers[ledger_id] = found
         self._ledgers.move_to_end(ledger_id)
         if len(self._ledgers) > self.capacity:
             self._ledgers.popitem(last=False)
 
-    def _cached(self, ledger_id: int, error: MetadataUnavailable | None):
+    def _cached(self, ledger_id: int, error: MetadataUnavailable | None) -> tuple[str | None, ZNode | None]:
         self._note_reachable(False)
         with self._lock:
             if ledger_id in self._ledgers:

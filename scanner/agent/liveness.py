@@ -57,5 +57,10 @@ class BeatingMetadata:
         self._heartbeat.beat()
         return reads
 
+    def ledger_nodes(self, ledger_ids):
+        nodes = self._store.ledger_nodes(ledger_ids)
+        self._heartbeat.beat()
+        return nodes
+
     def __getattr__(self, name: str):
         return getattr(self._store, name)

@@ -140,6 +140,24 @@ def ledger_path(manager: LedgerManager, root: str, ledger_id: int) -> str:
     return root + (_short_path(ledger_id) if ledger_id < INT_MAX else _long_path(ledger_id))
 
 
+def ledger_paths(manager: LedgerManager, root: str, ledger_ids: Sequence[int]) -> list[str | None]:
+    """The znode path of each of ``ledger_ids`` as :func:`ledger_path` gives it; None for an id the manager cannot
+    hold. A batch of ids in the hierarchical managers' short range (most clusters' every id) is named in one step."""
+    if (ledger_ids and manager in (LedgerManager.HIERARCHICAL, LedgerManager.LEGACY_HIERARCHICAL)
+            and 0 <= min(ledger_ids) and max(ledger_ids) < INT_MAX):
+        return [f"{root}/{s[0:2]}/{s[2:6]}/L{s[6:10]}" for s in map(_TEN_DIGITS.__mod__, ledger_ids)]
+    paths = []
+    for ledger_id in ledger_ids:
+        try:
+            paths.append(ledger_path(manager, root, ledger_id))
+        except ValueError:
+            paths.append(None)
+    return paths
+
+
+_TEN_DIGITS = "%010d"
+
+
 @dataclass(frozen=True, slots=True)
 class _Tree:
     """Name patterns of the intermediate levels and of the leaves of one path scheme."""

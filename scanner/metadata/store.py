@@ -16,6 +16,7 @@ from scanner.metadata.ledger_paths import (
     LedgerManager,
     LayoutError,
     ledger_path,
+    ledger_paths,
     parse_layout,
     walk_ledger_ids,
 )
@@ -116,13 +117,7 @@ class MetadataStore(abc.ABC):
 
     def ledger_paths(self, ledger_ids: list[int]) -> list[str | None]:
         """The znode path of each of ``ledger_ids``; None for an id this manager cannot store (it cannot exist)."""
-        paths = []
-        for ledger_id in ledger_ids:
-            try:
-                paths.append(ledger_path(self.manager, self.root, ledger_id))
-            except ValueError:
-                paths.append(None)
-        return paths
+        return ledger_paths(self.manager, self.root, ledger_ids)
 
     @staticmethod
     def ledger_read(ledger_id: int, path: str | None, node: ZNode | None) -> LedgerRead:

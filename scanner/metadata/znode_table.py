@@ -17,6 +17,8 @@ import tempfile
 import threading
 from array import array
 from collections.abc import Iterable
+from itertools import accumulate, count, groupby, islice, repeat
+from operator import ne
 
 from scanner.metadata.store import ZNode
 from scanner.native.switch import native_code
@@ -25,8 +27,10 @@ from scanner.native.switch import native_code
 _HEADER = struct.Struct("<IiBqqBq")
 _NO_DATA = -1
 _SPAN_GAP = 1 << 16  # records this close are read in one go with those before them
-_SPAN_LIMIT = 1 << 22  # bytes read at once at most (a record longer than this is read alone)
-_WRITE_BUFFER = 1 << 20
+# Bytes read at once at most (a record longer than this is read alone), and written at once: under glibc's mmap
+# threshold as the CLI fixes it (see json_list.READ_CHUNK), so the buffers are the heap's, used again.
+_SPAN_LIMIT = 1 << 16
+_WRITE_BUFFER = 1 << 16
 
 
 # Records of several znodes laid end to end, each one's path and each one's length in bytes (the run's records).
@@ -60,16 +64,13 @@ class ZNodeTable:
         try:
             position, pending, written = 0, [], 0
             for records, paths, lengths in runs:
+                # a run's records a column at a time, in C-speed steps (a dump's million znodes come this way)
                 pending.append(records)
                 number, run_start = len(self._starts), position
-                for path, length in zip(paths, lengths):
-                    self._starts.append(position)
-                    position += length
-                    keys.append(_key(path))
-                    parent, _, name = path.rpartition("/")
-                    if name:
-                        self._children.setdefault(parent, array("I")).append(number)
-                    number += 1
+                self._starts.extend(islice(accumulate(lengths, initial=position), len(lengths)))
+                position += sum(lengths)
+                keys.frombytes(_keys(paths))
+                self._note_children(paths, number)
                 if position - run_start != len(records):
                     raise ValueError(f"a run of {len(records)} bytes of records said its records took {position - run_start}")
                 if position - written >= _WRITE_BUFFER:
@@ -82,6 +83,15 @@ class ZNodeTable:
         except BaseException:
             self.close()
             raise
+
+    def _note_children(self, paths: list[str], first: int) -> None:
+        """Records ``first``, ``first`` + 1, ... (of ``paths``) among their parents' children; a dump lists a parent's
+        children together, so they are noted a parent at a time."""
+        split = map(str.rpartition, paths, repeat("/"))
+        for parent, children in groupby(zip(split, count(first)), key=_parent):
+            numbers = array("I", [number for (_, _, name), number in children if name])
+            if numbers:
+                self._children.setdefault(parent, array("I")).extend(numbers)
 
     def node(self, path: str) -> ZNode | None:
         return self.nodes([path])[0]
@@ -103,7 +113,7 @@ class ZNodeTable:
         if native is None:
             return self._read({number for path in absolute for number in self._numbers_of(path)})
         candidates = set()
-        for found in native.find_records(self._keys, self._numbers, array("Q", map(_key, absolute))):
+        for found in native.find_records(self._keys, self._numbers, array("Q", _keys(absolute))):
             if type(found) is int:
                 candidates.add(found)
             elif found is not None:
@@ -140,15 +150,21 @@ class ZNodeTable:
         i = 0
         while i < len(numbers):
             first = starts[numbers[i]]
-            j = i + 1
-            while (j < len(numbers) and starts[numbers[j]] - starts[numbers[j - 1] + 1] <= _SPAN_GAP
-                   and starts[numbers[j] + 1] - first <= _SPAN_LIMIT):
-                j += 1
+            if numbers[-1] - numbers[i] == len(numbers) - 1 - i:
+                # The rest are neighbours (a parent's children, as a dump lists them): no gaps, only the limit, found
+                # by bisection: the records up to the first whose end lies past it (one at least).
+                beyond = bisect.bisect_right(starts, first + _SPAN_LIMIT, numbers[i] + 2, numbers[-1] + 2)
+                j = i + max(1, beyond - 1 - numbers[i])
+            else:
+                j = i + 1
+                while (j < len(numbers) and starts[numbers[j]] - starts[numbers[j - 1] + 1] <= _SPAN_GAP
+                       and starts[numbers[j] + 1] - first <= _SPAN_LIMIT):
+                    j += 1
             with self._lock:
                 if self._fd is None:
                     return []
                 span = os.pread(self._fd, starts[numbers[j - 1] + 1] - first, first)
-            offsets = [starts[number] - first for number in numbers[i:j]]
+            offsets = list(map(first.__rsub__, map(starts.__getitem__, numbers[i:j])))
             native = native_code()
             if native is None:
                 found.extend(_record(span, at, paths_only) for at in offsets)
@@ -160,6 +176,8 @@ class ZNodeTable:
     def _drop_replaced(self) -> None:
         """A path given more than once keeps its last record: the others leave the index and their parent's children."""
         keys, numbers = self._keys, self._numbers
+        if all(map(ne, keys, islice(keys, 1, None))):  # no hash twice (the common case), told in C-speed steps
+            return
         replaced = set()
         for i in range(1, len(keys)):
             if keys[i] == keys[i - 1] and (i < 2 or keys[i - 2] != keys[i]):  # the first of a run of equal hashes
@@ -178,8 +196,21 @@ class ZNodeTable:
                 self._children[parent] = array("I", (number for number in children if number not in replaced))
 
 
+_hash = hash  # a path's key is its hash, as uint64
+
+
 def _key(path: str) -> int:
-    return hash(path) & 0xFFFF_FFFF_FFFF_FFFF
+    return _hash(path) & 0xFFFF_FFFF_FFFF_FFFF
+
+
+def _keys(paths: Iterable[str]) -> bytes:
+    """The keys of ``paths`` (as :func:`_key` gives them) as the bytes of an ``array('Q')``, made in C-speed steps: a
+    hash's two's complement is its key."""
+    return array("q", map(_hash, paths)).tobytes()
+
+
+def _parent(numbered: tuple[tuple[str, str, str], int]) -> str:
+    return numbered[0][0]
 
 
 def _record(span: bytes, at: int, path_only: bool) -> tuple | str:

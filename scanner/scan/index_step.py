@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 METADATA_BATCH = 500  # ledgers whose metadata is read in one pipelined round
 BATCH_ENTRIES = 1 << 20  # index entries held at once while their ledgers' metadata is read
+CLUSTER_CHUNK = 1_000  # the store's ledger ids set against the index step's at once (their sets stay small: see
+# json_list.READ_CHUNK)
 _ENTRY_ID = struct.Struct(">8xq")  # a stored entry starts with its ledgerId, then its entryId
 _DIGEST_TYPES = {0: None, **{digest_type.value: digest_type for digest_type in DigestType}}  # by lean number
 
@@ -64,18 +66,14 @@ class IndexStep:
         try:
             while batch := _next_batch(index):
                 ledger_ids = [ledger_id for ledger_id, _, _ in batch]
-                self.pacer.take_entries(sum(len(entry_ids) for _, entry_ids, _ in batch if entry_ids is not None))
+                entry_lists = [entry_ids for _, entry_ids, _ in batch]
+                self.pacer.take_entries(sum(map(len, filter(None, entry_lists))))  # (None: an index that did not read)
                 if lean_source is None:
                     for (_, entry_ids, raw_locations), read in zip(batch, self.store.ledger_batch(ledger_ids)):
                         self._index_ledger(read, entry_ids, raw_locations)
                     continue
                 data, read_of = lean_source(ledger_ids)
-                leans = lean_ledgers(ledger_ids, data, self.bookie_id, [entry_ids for _, entry_ids, _ in batch])
-                for i, ((ledger_id, entry_ids, raw_locations), lean) in enumerate(zip(batch, leans)):
-                    if lean is None:
-                        self._index_ledger(read_of(i), entry_ids, raw_locations)
-                    else:
-                        self._index_lean(ledger_id, lean, entry_ids, raw_locations, lambda i=i: read_of(i).meta)
+                self._index_leans(batch, lean_ledgers(ledger_ids, data, self.bookie_id, entry_lists), read_of)
         except DbIndexError as error:
             # The index stops reading part-way: every ledger it would have listed is judged on its own.
             log.warning("%s", error)
@@ -125,6 +123,38 @@ class IndexStep:
             self._index_known(ledger_id, read.meta.digest_type, read.meta.password, complete, lambda: read.meta,
                               entry_ids, raw_locations)
 
+    def _index_leans(self, batch: list, leans: list[LeanLedger | None], read_of: Callable[[int], LedgerRead]) -> None:
+        """A batch's ledgers, each as :meth:`_index_ledger` or :meth:`_index_lean` takes it, in order: the ledgers
+        whose lean decode needs nothing more (complete, or not this pass's to judge) a run of them at a time, in one
+        step each for their table rows, their locations and their count."""
+        if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
+            plain = [False] * len(batch)  # each ledger's locations go through _into_own_logs
+        else:
+            plain = [lean is not None and (lean[2] or not self.owns_ledger(ledger_id))
+                     for (ledger_id, _, _), lean in zip(batch, leans)]
+        first = 0
+        for i in (i for i, is_plain in enumerate(plain) if not is_plain):
+            self._index_plain(batch[first:i], leans[first:i])
+            first = i + 1
+            ledger_id, entry_ids, raw_locations = batch[i]
+            if leans[i] is None:
+                self._index_ledger(read_of(i), entry_ids, raw_locations)
+            else:
+                self._index_lean(ledger_id, leans[i], entry_ids, raw_locations, lambda i=i: read_of(i).meta)
+        self._index_plain(batch[first:], leans[first:])
+
+    def _index_plain(self, ledgers: list, leans: list[LeanLedger]) -> None:
+        """Ledgers whose lean decode needs nothing more, as :meth:`_index_lean` takes each in turn."""
+        if not ledgers:
+            return
+        ledger_ids = [ledger_id for ledger_id, _, _ in ledgers]
+        self.totals.ledgers_checked += (len(ledger_ids) if self.dir_index is None
+                                        else sum(map(self.owns_ledger, ledger_ids)))
+        self.table.add_ledgers(ledger_ids, [(_DIGEST_TYPES[digest_type], password or b"")
+                                            for digest_type, password, _ in leans])
+        self.runs.add_ledgers(ledger_ids, [entry_ids for _, entry_ids, _ in ledgers],
+                              [raw_locations for _, _, raw_locations in ledgers])
+
     def _index_lean(self, ledger_id: int, lean: LeanLedger, entry_ids, raw_locations,
                     meta: Callable[[], LedgerMetadata]) -> None:
         """A ledger the index lists and the metadata has, from what :mod:`scanner.scan.lean_metadata` took of it."""
@@ -161,9 +191,7 @@ class IndexStep:
 
     def read_cluster(self) -> None:
         """Ledgers the metadata places on this bookie that the index does not have (condition 1)."""
-        ids = (i for i in self.store.ledger_ids()
-               if self.owns_ledger(i) and i not in self.table and i not in self.orphans and i not in self._recheck
-               and i not in self.undecodable and i not in self._unindexed)
+        ids = (i for chunk in _chunks(self.store.ledger_ids(), CLUSTER_CHUNK) for i in self._lacking(chunk))
         while batch := list(islice(ids, METADATA_BATCH)):
             for read in self.store.ledger_batch(batch):
                 if read.error is not None:
@@ -173,11 +201,23 @@ class IndexStep:
                     self._unindexed[read.ledger_id] = RecordingVerifier(verifier_of(read.meta))
                     self.totals.ledgers_checked += 1
 
+    def _lacking(self, ledger_ids: list[int]) -> list[int]:
+        """Those of ``ledger_ids`` this pass owns that the index step did not meet, in their order (set against what
+        it met in C-speed steps)."""
+        lacking = self.table.lacking(ledger_ids).difference(self.orphans, self._recheck, self.undecodable,
+                                                           self._unindexed)
+        return [i for i in ledger_ids if i in lacking and self.owns_ledger(i)]
+
     def judge_index(self) -> list[Finding]:
         """Conditions 1 and 2 for the ledgers whose index the index step found short, confirmed now."""
         ledgers = sorted(self._recheck)
         self._recheck.clear()
         return self._confirm(ledgers, {}, with_index=set(ledgers))
+
+
+def _chunks(items: Iterator[int], size: int) -> Iterator[list[int]]:
+    while chunk := list(islice(items, size)):
+        yield chunk
 
 
 def _next_batch(index: Iterator) -> list:

@@ -29,16 +29,39 @@ class LedgerTable:
         return len(self._ids)
 
     def add(self, ledger_id: int, digest_type: DigestType | None, password: bytes | None) -> None:
-        kind = (digest_type, password or b"")
-        number = self._kind_numbers.get(kind)
-        if number is None:
-            number = self._kind_numbers[kind] = len(self._verifiers)
-            self._verifiers.append(None if digest_type is None else DigestVerifier(digest_type, kind[1]))
-            if number > 0xFF and self._kinds.typecode == "B":
-                self._kinds = array("I", self._kinds)
+        number = self._number_of((digest_type, password or b""))  # (it may widen the kinds' column)
         self._ids.append(ledger_id)
         self._kinds.append(number)
         self._frozen = False
+
+    def add_ledgers(self, ledger_ids: list[int], kinds: list[tuple[DigestType | None, bytes]]) -> None:
+        """Several ledgers, each with its kind (digest type, password or b""), as :meth:`add` takes each in turn."""
+        numbers = list(map(self._kind_numbers.get, kinds))
+        if None in numbers:  # a kind new to the table
+            numbers = list(map(self._number_of, kinds))
+        self._ids.extend(ledger_ids)
+        self._kinds.extend(numbers)
+        self._frozen = False
+
+    def _number_of(self, kind: tuple[DigestType | None, bytes]) -> int:
+        number = self._kind_numbers.get(kind)
+        if number is None:
+            digest_type, password = kind
+            number = self._kind_numbers[kind] = len(self._verifiers)
+            self._verifiers.append(None if digest_type is None else DigestVerifier(digest_type, password))
+            if number > 0xFF and self._kinds.typecode == "B":
+                self._kinds = array("I", self._kinds)
+        return number
+
+    def lacking(self, ledger_ids: list[int]) -> set[int]:
+        """Those of ``ledger_ids`` the table does not hold, found in C-speed steps: the ids are set against the
+        table's slice between the least and the greatest of them (ids that come mostly ascending, as a metadata store
+        lists them, take each slice about once)."""
+        if not ledger_ids:
+            return set()
+        self.freeze()
+        low, high = bisect.bisect_left(self._ids, min(ledger_ids)), bisect.bisect_right(self._ids, max(ledger_ids))
+        return set(ledger_ids).difference(self._ids[low:high])
 
     def freeze(self) -> None:
         """Sort by ledger id (after appends out of order) so lookups can bisect.

@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 from array import array
+from itertools import accumulate, chain, repeat
 from pathlib import Path
 from typing import Iterator
 
@@ -143,11 +144,7 @@ class LocationRuns:
         """The ledger's indexed entries and their encoded locations (``EntryLocation.encode``)."""
         n = len(entry_ids)
         start, end = self._filled, self._filled + n
-        if end > len(self._locations):  # the run's columns grow to their size once, then serve every run
-            more = zeroed_uint64(max(end, min(2 * len(self._locations), self._run_entries)) - start)
-            for column in (self._locations, self._ledger_ids, self._entry_ids):
-                del column[start:]
-                column.extend(more)
+        self._room_for(end)
         self._locations[start:end] = raw_locations
         self._entry_ids[start:end] = entry_ids
         self._ledger_ids[start:end] = array("Q", [ledger_id]) * n
@@ -155,6 +152,37 @@ class LocationRuns:
         self.count += n
         if end >= self._run_entries:
             self._spill()
+
+    def add_ledgers(self, ledger_ids: list[int], entry_ids: list[array], raw_locations: list[array]) -> None:
+        """Several ledgers' indexed entries, as :meth:`add` takes each in turn (the same runs, spilled after the same
+        ledgers), each run's share of them copied in one step a column."""
+        ends = list(accumulate(map(len, entry_ids)))  # where each ledger's entries end among those given
+        first, done = 0, 0  # the first ledger not added yet, and the entries before it
+        while first < len(ledger_ids):
+            # the ledger that fills the run (add spills after it), else the last one
+            last = min(bisect.bisect_left(ends, self._run_entries - self._filled + done, first), len(ledger_ids) - 1)
+            start, end = self._filled, self._filled + ends[last] - done
+            self._room_for(end)
+            as_bytes = slice(start * _WIDTH, end * _WIDTH)
+            with memoryview(self._locations) as locations, memoryview(self._entry_ids) as entries:
+                locations.cast("B")[as_bytes] = b"".join(raw_locations[first:last + 1])
+                entries.cast("B")[as_bytes] = b"".join(entry_ids[first:last + 1])
+            self._ledger_ids[start:end] = array(
+                "Q", chain.from_iterable(map(repeat, ledger_ids[first:last + 1], map(len, entry_ids[first:last + 1]))))
+            self._filled = end
+            self.count += end - start
+            first, done = last + 1, ends[last]
+            if end >= self._run_entries:
+                self._spill()
+
+    def _room_for(self, end: int) -> None:
+        """The run's columns made ``end`` long at least: they grow to their size once, then serve every run."""
+        start = self._filled
+        if end > len(self._locations):
+            more = zeroed_uint64(max(end, min(2 * len(self._locations), self._run_entries)) - start)
+            for column in (self._locations, self._ledger_ids, self._entry_ids):
+                del column[start:]
+                column.extend(more)
 
     def finish(self) -> None:
         """No more locations: the rest goes to a run of its own; the run's columns are let go."""

@@ -191,19 +191,17 @@ class DbStorage(BookieStorage):
                 continue
             located = index.ledger_locations()
             pending = next(located, None)
-            for ledger_id, record in index.ledger_records():
-                self._check_placement(index_of_dir, ledger_id)
+            dirs = len(self.layout.ledger_dirs)
+            for ledger_id, malformed in index.checked_ledgers():
+                if ledger_id % dirs != index_of_dir:
+                    self._check_placement(index_of_dir, ledger_id)  # raises
                 while pending is not None and pending[0] < ledger_id:
                     pending = next(located, None)  # locations of a ledger the `ledgers` DB no longer has
-                found = (ledger_id, array("Q"), array("Q"))
                 if pending is not None and pending[0] == ledger_id:
-                    found = pending
-                    pending = next(located, None)
-                try:
-                    index.check_ledger_record(ledger_id, record)
-                except MalformedDbRecord as error:
-                    found = (ledger_id, None, error)
-                yield found
+                    found, pending = pending, next(located, None)
+                else:
+                    found = (ledger_id, array("Q"), array("Q"))
+                yield found if malformed is None else (ledger_id, None, malformed)
 
     def entry_log_path(self, ledger_id: int, entry_log_id: int) -> Path:
         path = self.layout.ledger_current_dirs[self._dir_of(ledger_id)] / f"{entry_log_id:x}.log"
@@ -235,7 +233,7 @@ class _UnopenedIndex:
     def ledger_locations(self) -> Iterator[tuple[int, array, array]]:
         return iter(())
 
-    def ledger_records(self) -> Iterator[tuple[int, bytes]]:
+    def checked_ledgers(self) -> Iterator[tuple[int, MalformedDbRecord | None]]:
         return iter(())
 
 

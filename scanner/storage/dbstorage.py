@@ -38,6 +38,7 @@ LEDGERS_DB = "ledgers"
 LOCATIONS_DB = "locations"
 # files RocksDB only reads in a read-only open; WAL files share the .log suffix with nothing else here
 _DB_FILES = re.compile(r"CURRENT|IDENTITY|MANIFEST-\d+|OPTIONS-\d+|\d+\.(?:sst|log|blob)")
+_LEDGER_BATCH = 1 << 10  # `ledgers` DB pairs taken at once
 _LOCATION_BATCH = 1 << 15  # pairs a cursor hands over at once (each is two bytes objects): 768 KiB of columns
 _LITTLE_ENDIAN_HOST = sys.byteorder == "little"
 _KEY, _VALUE = itemgetter(0), itemgetter(1)
@@ -88,8 +89,16 @@ def _parsed_ledger_data(value: bytes, where: str):
     try:
         data.ParseFromString(value)
     except decode_error as error:
-        raise MalformedDbRecord(f"{where}: expected a LedgerData protobuf, cannot parse: {error}") from error
+        raise _malformed_ledger_data(where, error) from error
     return data
+
+
+def _malformed_ledger_data(where: str, error: Exception) -> MalformedDbRecord:
+    return MalformedDbRecord(f"{where}: expected a LedgerData protobuf, cannot parse: {error}")
+
+
+def _negative(ledger_id: int) -> bool:
+    return ledger_id < 0
 
 
 def parse_location_value(value: bytes, where: str) -> EntryLocation | None:
@@ -196,20 +205,43 @@ class DbLedgerIndex:
 
     def ledger_ids(self) -> Iterator[int]:
         """Every ledger in the `ledgers` DB, ascending; storage-flag keys (negative) are skipped."""
-        for ledger_id, _ in self.ledger_records():
-            yield ledger_id
+        for ledger_ids, _ in self._ledger_batches():
+            yield from ledger_ids
 
-    def ledger_records(self) -> Iterator[tuple[int, bytes]]:
-        """(ledger id, its `LedgerData` bytes, unparsed) for every ledger in the `ledgers` DB, ascending."""
-        for key, value in self._ledgers.pairs_from(LEDGER_KEY.pack(0)):
-            ledger_id = self._unpack_key(LEDGER_KEY, key, self._ledgers)[0]
-            if ledger_id < 0:
-                return  # negative keys sort after every non-negative one
-            yield ledger_id, value
+    def checked_ledgers(self) -> Iterator[tuple[int, MalformedDbRecord | None]]:
+        """(ledger id, None, or the MalformedDbRecord its `LedgerData` record raises: it does not parse, and
+        BookKeeper's start-up would fail on it) for every ledger in the `ledgers` DB, ascending."""
+        ledger_data, decode_error = _protobuf()
+        for ledger_ids, values in self._ledger_batches():
+            # One message parses a batch's records (ParseFromString clears it first); not more, as what it parsed stays
+            # in its arena until the message goes (a million records in one message took 23 MiB).
+            message = ledger_data()
+            for ledger_id, value in zip(ledger_ids, values):
+                try:
+                    message.ParseFromString(value)
+                except decode_error as error:
+                    yield ledger_id, _malformed_ledger_data(f"{self._ledgers.path}: key {ledger_id}", error)
+                    continue
+                yield ledger_id, None
 
-    def check_ledger_record(self, ledger_id: int, value: bytes) -> None:
-        """Raises MalformedDbRecord when the record does not parse (BookKeeper's start-up would fail on it)."""
-        _parsed_ledger_data(value, f"{self._ledgers.path}: key {ledger_id}")
+    def _ledger_batches(self) -> Iterator[tuple[array, list[bytes]]]:
+        """(ledger ids, their `LedgerData` bytes, unparsed) of the `ledgers` DB, ascending, _LEDGER_BATCH pairs at a
+        time; the keys decoded together, not one call a ledger (a key of the wrong size raises MalformedDbRecord)."""
+        for keys, values in self._ledgers.batches_from(LEDGER_KEY.pack(0), _LEDGER_BATCH):
+            wrong_size = None  # the first key of the wrong size, if one is
+            if set(map(len, keys)) != {LEDGER_KEY.size}:
+                first = next(i for i, key in enumerate(keys) if len(key) != LEDGER_KEY.size)
+                wrong_size, keys, values = keys[first], keys[:first], values[:first]
+            ledger_ids = array("q", b"".join(keys))
+            if _LITTLE_ENDIAN_HOST:
+                ledger_ids.byteswap()
+            if ledger_ids and ledger_ids[-1] < 0:  # negative keys (storage flags) sort after every non-negative one
+                ledger_ids = ledger_ids[:bisect.bisect_left(ledger_ids, True, key=_negative)]
+                yield ledger_ids, values[:len(ledger_ids)]
+                return
+            yield ledger_ids, values
+            if wrong_size is not None:  # what came before it is read, as a pass reads the DB pair by pair
+                self._unpack_key(LEDGER_KEY, wrong_size, self._ledgers)  # raises
 
     def ledger_state(self, ledger_id: int) -> LedgerState | None:
         """The ledger's `LedgerData`, or None when the `ledgers` DB has no record of it."""
@@ -234,13 +266,17 @@ class DbLedgerIndex:
         One cursor over the whole DB, read in batches and decoded without a Python object per entry.
         """
         ledger_id, entry_ids, raw_locations = None, None, None
+        length = 1  # the last ledger's count of entries in its batch: the next one's, most often
         for ledgers, entries, found, count, zero in self._location_batches():
             i = 0
             while i < count:
                 current = ledgers[i]
                 if current >= 1 << 63:
                     break  # negative keys sort after every ledger
-                j = bisect.bisect_right(ledgers, current, i, count)
+                j = i + length
+                if not (j < count and ledgers[j - 1] == current != ledgers[j]):
+                    j = bisect.bisect_right(ledgers, current, i, count)
+                length = j - i
                 part_ids, part = entries[i:j], found[i:j]  # copies: the batch's columns serve the next batch
                 if zero and 0 in part:  # 0 reads as "no such entry" in BookKeeper
                     keep = [k for k, raw in enumerate(part) if raw]
