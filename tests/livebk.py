@@ -196,11 +196,9 @@ class LiveBookie:
         """
         if self.running:
             raise LiveClusterError(f"{self.name} is already running (pid {self.pid})")
-        java = shutil.which("java") or "java"
         with open(self.log, "ab") as log:
             process = subprocess.Popen(
-                [java, f"-Dlog4j2.configurationFile={self.cluster.kit / 'log4j2.xml'}", *_BOOKIE_JAVA_OPTIONS,
-                 "-cp", f"{self.cluster.kit / 'lib'}/*", "org.apache.bookkeeper.server.Main", "--conf", str(self.conf)],
+                self.cluster.kit_java("org.apache.bookkeeper.server.Main", "--conf", str(self.conf)),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._process = process
         self._pid_file.write_text(f"{process.pid}\n")
@@ -435,11 +433,9 @@ class LiveCluster:
         Done by BookKeeper's own client (``tests/live/ReadEveryCopy.java``, compiled here against the kit's
         jars), which checks each copy's digest with BookKeeper's DigestManager.
         """
-        classes = self._compiled(_READER_SOURCE)
-        java = shutil.which("java") or "java"
         done = subprocess.run(
-            [java, f"-Dlog4j2.configurationFile={self.kit / 'log4j2.xml'}", *_BOOKIE_JAVA_OPTIONS,
-             "-cp", f"{self.kit / 'lib'}/*:{classes}", "ReadEveryCopy", self.metadata_uri, *map(str, ledger_ids)],
+            self.kit_java("ReadEveryCopy", self.metadata_uri, *map(str, ledger_ids),
+                          classes=self._compiled(_READER_SOURCE)),
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise LiveClusterError(f"ReadEveryCopy exited with {done.returncode}: {done.stderr[-3000:]}")
@@ -450,11 +446,9 @@ class LiveCluster:
         """A closed ledger in two fragments, written by BookKeeper's own client (``tests/live/SplitLedger.java``):
         its first half on the three bookies running now (``leaving`` among them, ``joining`` stopped), its second
         on the same three with ``leaving`` replaced by ``joining``. Both run again afterwards. Its id."""
-        classes = self._compiled(_SPLITTER_SOURCE)
-        java = shutil.which("java") or "java"
         tool = subprocess.Popen(
-            [java, f"-Dlog4j2.configurationFile={self.kit / 'log4j2.xml'}", *_BOOKIE_JAVA_OPTIONS,
-             "-cp", f"{self.kit / 'lib'}/*:{classes}", "SplitLedger", self.metadata_uri, str(entries_per_half)],
+            self.kit_java("SplitLedger", self.metadata_uri, str(entries_per_half),
+                          classes=self._compiled(_SPLITTER_SOURCE)),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         watchdog = threading.Timer(timeout, tool.kill)
         watchdog.start()
@@ -484,6 +478,13 @@ class LiveCluster:
         leaving.start()
         return int(first[1])
 
+    def kit_java(self, main_class: str, *args: str, classes: Path | None = None) -> list[str]:
+        """The command line of a JVM running ``main_class`` of the kit's jars (or of ``classes`` compiled against
+        them) as start.sh runs a bookie: its JVM options, its log configuration."""
+        class_path = f"{self.kit / 'lib'}/*" + (f":{classes}" if classes is not None else "")
+        return [shutil.which("java") or "java", f"-Dlog4j2.configurationFile={self.kit / 'log4j2.xml'}",
+                *_BOOKIE_JAVA_OPTIONS, "-cp", class_path, main_class, *args]
+
     def _compiled(self, source: Path) -> Path:
         """The directory of ``source``'s class, compiled against the kit's jars once per cluster."""
         classes = self.run_dir / source.stem
@@ -497,11 +498,9 @@ class LiveCluster:
 
     def shell(self, *args: str, conf: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess:
         """Run BookKeeper's own ``BookieShell`` (a real client) with a bookie's conf (bookie1's by default)."""
-        java = shutil.which("java") or "java"
         return subprocess.run(
-            [java, f"-Dlog4j2.configurationFile={self.kit / 'log4j2.xml'}", *_BOOKIE_JAVA_OPTIONS,
-             "-cp", f"{self.kit / 'lib'}/*", "org.apache.bookkeeper.bookie.BookieShell",
-             "-conf", str(conf or self.bookies[0].conf), *args],
+            self.kit_java("org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf or self.bookies[0].conf),
+                          *args),
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
 
 
