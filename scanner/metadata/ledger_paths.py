@@ -145,7 +145,7 @@ def ledger_paths(manager: LedgerManager, root: str, ledger_ids: Sequence[int]) -
     hold. A batch of ids in the hierarchical managers' short range (most clusters' every id) is named in one step."""
     if (ledger_ids and manager in (LedgerManager.HIERARCHICAL, LedgerManager.LEGACY_HIERARCHICAL)
             and 0 <= min(ledger_ids) and max(ledger_ids) < INT_MAX):
-        return [f"{root}/{s[0:2]}/{s[2:6]}/L{s[6:10]}" for s in map(_TEN_DIGITS.__mod__, ledger_ids)]
+        return [root + path for path in map(_short_path, ledger_ids)]
     paths = []
     for ledger_id in ledger_ids:
         try:
@@ -153,9 +153,6 @@ def ledger_paths(manager: LedgerManager, root: str, ledger_ids: Sequence[int]) -
         except ValueError:
             paths.append(None)
     return paths
-
-
-_TEN_DIGITS = "%010d"
 
 
 @dataclass(frozen=True, slots=True)

@@ -338,9 +338,7 @@ class EntryLog:
             if LEDGERS_MAP_BATCH_HEADER + LEDGERS_MAP_ITEM * count != length:
                 return self._broken_map(offset, f"batch lists {count} ledgers but its length is {length}")
             items = dict(_BATCH_ITEM.iter_unpack(memoryview(batch)[24:]))
-            if len(items) == count and not sizes:  # the first batch (a log of under 10,000 ledgers has only it)
-                sizes = items
-            elif len(items) == count and sizes.keys().isdisjoint(items):  # each ledger listed once, as BookKeeper does
+            if len(items) == count and sizes.keys().isdisjoint(items):  # each ledger listed once, as BookKeeper does
                 sizes.update(items)
             else:
                 for ledger_id, ledger_bytes in _BATCH_ITEM.iter_unpack(memoryview(batch)[24:]):
