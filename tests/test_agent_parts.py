@@ -47,13 +47,15 @@ def test_the_documented_config_loads_with_every_default(tmp_path):
     assert config.mark is False
     assert config.rereplicate is True and config.copy_bytes_per_second == 20_000_000  # moves, once marking is on
     assert config.blast_radius == BlastRadius()  # the file documents the defaults the code has
+    assert config.retry_seconds == 30  # a failed move is tried again after 30 s, 60 s, ...: escalated after 90 s
 
 
-def test_the_blast_radius_is_configured_in_repair(tmp_path):
+def test_the_blast_radius_and_the_retries_are_configured_in_repair(tmp_path):
     path = tmp_path / "scanner.toml"
     path.write_text("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nmoves_per_hour = 2\n"
-                    "move_bytes_per_hour = '1GiB'\nfailed_disk_log_share = 0.5\n")
+                    "move_bytes_per_hour = '1GiB'\nfailed_disk_log_share = 0.5\nretry_seconds = 5\n")
     radius = load_config(path).blast_radius
+    assert load_config(path).retry_seconds == 5
     assert (radius.moves_per_hour, radius.move_bytes_per_hour, radius.failed_disk_log_share) == (2, 1 << 30, 0.5)
     path.write_text("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nfailed_disk_ledger_share = 2\n")
     with pytest.raises(ConfigError, match="failed_disk_ledger_share"):
@@ -67,6 +69,8 @@ def test_the_blast_radius_is_configured_in_repair(tmp_path):
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[throttle]\nwindow_hours = '25:00-26:00'\n", "window_hours"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nspeed = 3\n", "'speed'"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\npace = 'fast'\n", "pace"),
+    ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nretry_seconds = 0.5\n", "retry_seconds"),
+    ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nretry_seconds = 601\n", "retry_seconds"),
     ("[bookie\n", "not valid TOML"),
     # heal in place was replaced by moves: the old key says what to use instead
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nheal = true\n", "rereplicate = true moves"),

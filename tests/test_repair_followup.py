@@ -13,7 +13,7 @@ from scanner.checks.findings import Category, Finding
 from scanner.cli import main
 from scanner.commands.status import repair_lines
 from scanner.metadata.zookeeper import ZooKeeperStore
-from scanner.repair.backoff import escalate_now
+from scanner.repair.backoff import escalate_now, retry_seconds
 from scanner.repair.escalation_command import expand_command
 from scanner.repair.filer import MarkFiler
 from scanner.repair.followup import FollowUp
@@ -181,14 +181,14 @@ class Clock:
         return self.now
 
 
-def moving_follow_up(zk_client, store, chroot, state_dir, clock, command=None):
+def moving_follow_up(zk_client, store, chroot, state_dir, clock, command=None, **settings):
     from scanner.repair.rereplicate import Rereplicator
 
     marks = UnderreplicationMarks(zk_client, f"{chroot}/ledgers")
     me = bookie_id("bookie1")
     mover = Rereplicator(store, me, timeout=1.0, clock=clock)
     return FollowUp(state_dir, MarkFiler(marks, me, marks_per_second=None), rereplicator=mover,
-                    repair_command=command, clock=clock), marks
+                    repair_command=command, clock=clock, **settings), marks
 
 
 def corrupt_at_8(ledger_id):
@@ -256,6 +256,25 @@ def test_a_move_with_no_bookie_to_go_to_is_escalated_on_its_third_try_and_tried_
     assert reloaded.report()["ended"][0]["events"][-1]["what"] == "ended"
     assert repair_lines(reloaded.report())[-2:] == [
         "  repaired       1 lately", f"    ledger {LEDGER}: ended 00:00:00 ago, 00:07:34 after it was found: ledger deleted"]
+
+
+def test_failed_moves_are_tried_again_after_the_configured_delay_doubling_up_to_ten_minutes(zk_client, cluster,
+                                                                                             tmp_path):
+    assert [retry_seconds(n) for n in range(1, 7)] == [30, 60, 120, 240, 480, 600]  # the default
+    assert [retry_seconds(n, 5) for n in range(1, 5)] == [5, 10, 20, 40]
+    from scanner.repair.planner import plan_repairs
+
+    chroot, store = cluster
+    clock = Clock()
+    follow, _ = moving_follow_up(zk_client, store, chroot, tmp_path, clock, first_retry_seconds=5)
+    follow.file(plan_repairs(corrupt_at_8(LEDGER), {LEDGER: store.ledger(LEDGER)}, follow.bookie_id))
+    tries = []
+    for _ in range(3):  # no bookie registered: nowhere to move to
+        cycle = follow.run_cycle(store, corrupt_at_8)
+        record = follow.tracked[LEDGER]
+        tries.append((record.failures, (record.next_try_ms - int(clock.now * 1000)) / 1000, cycle.escalated))
+        clock.now = record.next_try_ms / 1000
+    assert tries == [(1, 5, []), (2, 10, []), (3, 20, [LEDGER])]  # the third try, 15 s after the first, escalates
 
 
 def test_failed_moves_are_escalated_after_three_tries(zk_client, cluster, tmp_path):

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from scanner.repair.backoff import FIRST_RETRY_SECONDS, RETRY_LIMIT_SECONDS
 from scanner.repair.blast_radius import BlastRadius
 from scanner.repair.placement.settings import PLACEMENTS, PlacementSettings
 from scanner.storage.layout import BookieLayout, discover_layout
@@ -69,6 +70,7 @@ class AgentConfig:
     repair_command: str | None
     rereplicate: bool = True
     copy_bytes_per_second: float | None = 20_000_000.0
+    retry_seconds: float = FIRST_RETRY_SECONDS  # a failed move is tried again after this, then doubling
     blast_radius: BlastRadius = BlastRadius()
     placement: PlacementSettings = PlacementSettings()
     bookie_home: Path | None = None  # relative ledger/index dirs are the bookie's working dir's (Pulsar: /pulsar)
@@ -88,7 +90,7 @@ _KNOWN = {
               "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit"},
     "throttle": {"bytes_per_second", "entries_per_second", "window_hours", "window_days", "outside_rate",
                  "busy_threshold", "idle_threshold", "floor", "disk_backoff"},
-    "repair": {"mark", "repair_command", "rereplicate", "copy_bytes_per_second", "moves_per_hour",
+    "repair": {"mark", "repair_command", "rereplicate", "copy_bytes_per_second", "retry_seconds", "moves_per_hour",
                "move_bytes_per_hour", "failed_disk_ledger_share", "failed_disk_min_ledgers", "failed_disk_log_share",
                "failed_disk_min_logs", "placement", "racks_file", "rack_script", "rack_script_args",
                "rack_script_timeout_seconds", "pulsar_racks", "min_racks_per_write_quorum", "enforce_min_racks"},
@@ -229,6 +231,7 @@ def load_config(path: Path, environ: Mapping[str, str] = os.environ) -> AgentCon
         repair_command=repair.text("repair_command"),
         rereplicate=repair.flag("rereplicate", True),
         copy_bytes_per_second=repair.quantity("copy_bytes_per_second", 20_000_000, "B") or None,
+        retry_seconds=repair.number("retry_seconds", FIRST_RETRY_SECONDS, low=1, high=RETRY_LIMIT_SECONDS),
         blast_radius=_blast_radius(repair),
         placement=_placement(repair),
     )

@@ -20,6 +20,7 @@ from scanner.checks.findings import Category
 from scanner.metadata.store import MetadataUnavailable
 from scanner.repair.blast_radius import BlastRadius, DamageFigures, FailedDiskBreaker, MoveBudget
 from scanner.repair.filer import MarkFiler
+from scanner.repair.backoff import FIRST_RETRY_SECONDS
 from scanner.repair.followup import FollowUp
 from scanner.repair.marks import MarkError, UnderreplicationMarks
 from scanner.repair.placement.settings import PlacementSettings
@@ -45,7 +46,8 @@ class Marking:
                  ledger_dirs: list[str], rereplicate: bool = True, copy_bytes_per_second: float | None = None,
                  stopping: Callable[[], bool] = lambda: False, blast_radius: BlastRadius = BlastRadius(),
                  bookie_size: Callable[[], tuple[int, int]] = lambda: (0, 0), conf: Mapping[str, str] | None = None,
-                 placement: PlacementSettings = PlacementSettings()):
+                 placement: PlacementSettings = PlacementSettings(),
+                 first_retry_seconds: float = FIRST_RETRY_SECONDS):
         self.metadata = metadata
         self.ledger_dirs = ledger_dirs  # an UNREPAIRED finding goes to the dir that owns its ledger
         self.book = book
@@ -61,7 +63,8 @@ class Marking:
                              stopping=stopping, budget=self.budget, conf=conf,
                              placement=placement) if rereplicate else None
         self.followup = FollowUp(state_dir, filer, rereplicator=mover,
-                                 repair_command=shlex.split(repair_command) if repair_command else None)
+                                 repair_command=shlex.split(repair_command) if repair_command else None,
+                                 first_retry_seconds=first_retry_seconds)
         self._lock = threading.Lock()  # filing and the follow-up cycle never interleave
         self._retries = RateLimitedLog(log, logging.WARNING)  # a round every few seconds while it fails
         self.filed_ledgers = 0

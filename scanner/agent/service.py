@@ -200,7 +200,7 @@ class Agent:
                     copy_bytes_per_second=self.config.copy_bytes_per_second if self.config.rereplicate else None,
                     rereplicate=self.config.rereplicate, stopping=self._stop.is_set,
                     blast_radius=self.config.blast_radius, bookie_size=self._bookie_size, conf=self.layout.conf,
-                    placement=self.config.placement)
+                    placement=self.config.placement, first_retry_seconds=self.config.retry_seconds)
             except TransportRefused as exc:
                 raise StartupError(f"{self.config.source}: [repair] mark: {exc.reason}") from None
             except PlacementSettingsError as exc:

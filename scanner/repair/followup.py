@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 from prometheus_client import Counter
 
 from scanner.checks.findings import Category, EntryRanges, Finding, count_in_ranges
-from scanner.repair.backoff import BUSY_SECONDS, escalate_now, retry_seconds
+from scanner.repair.backoff import BUSY_SECONDS, FIRST_RETRY_SECONDS, escalate_now, retry_seconds
 from scanner.repair.escalation_command import DEFAULT_COMMAND_TIMEOUT, expand_command, run_command
 from scanner.repair.filer import FilingReport, MarkFiler
 from scanner.repair.followup_report import REPORT_ROWS, repair_report
@@ -80,11 +80,12 @@ class FollowUp:
 
     ``rereplicator`` moves damaged fragments to other bookies (None: leave repairs to the workers).
     ``repair_command`` is an argv template with ``{ledger}`` and ``{bookie}``, run at escalation.
+    ``first_retry_seconds``: how long after a failed move it is tried again (then doubling).
     """
 
     def __init__(self, state_dir: Path, filer: MarkFiler, *, rereplicator: Rereplicator | None = None,
                  repair_command: Sequence[str] | None = None, command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
-                 clock: Callable[[], float] = time.time):
+                 first_retry_seconds: float = FIRST_RETRY_SECONDS, clock: Callable[[], float] = time.time):
         self.path = Path(state_dir) / STATE_FILE
         self.filer = filer
         self.marks: UnderreplicationMarks = filer.marks
@@ -93,6 +94,7 @@ class FollowUp:
         self.journal = RepairJournal(state_dir)
         self.repair_command = tuple(repair_command) if repair_command else None
         self.command_timeout = command_timeout
+        self.first_retry_seconds = first_retry_seconds
         self.clock = clock
         self.tracked: dict[int, TrackedMark]
         self.ended: list[dict]  # newest first: {"ledger_id", "why", "ended_ms", "record"}
@@ -252,7 +254,7 @@ class FollowUp:
                          once=True)
             return
         failures = record.failures + 1
-        retry = retry_seconds(failures)
+        retry = retry_seconds(failures, self.first_retry_seconds)
         escalating = escalate_now(attempt.outcome, failures)
         log.log(logging.ERROR if escalating else logging.WARNING,
                 "ledger %d: damaged copy on %s not moved (%s): %s; trying again in %gs", ledger_id, self.bookie_id,

@@ -15,7 +15,8 @@ closed ledger L on bookie1 and in another, M, on bookie2, with the bookies stopp
 - ended: the agent's next pass ends without L's damage, and ``scan --ledger L`` says the copy left on
   bookie1 is no longer owed;
 - escalated: bookie4 is stopped again (no bookie left outside M's ensemble) and M's lock let go: bookie2's
-  agent fails to move M three times in a row and escalates 90 s after its first try.
+  agent fails to move M three times in a row and escalates 3 x ``RETRY_SECONDS`` after its first try (the
+  agents' ``[repair] retry_seconds``: 90 s at the default of 30).
 
 At each stage ``/health`` (its state, its HTTP code, and its JSON against the schema), ``bookie-scanner
 status`` (its headline and exit status), ``/metrics`` (the ``bookie_scanner_state`` gauge), ``bookie-scanner
@@ -49,6 +50,7 @@ WRITE_SECONDS = 20
 WRITER_SEEDS = (1, 4, 5)
 ROTATE_SECONDS = 8
 ROTATE_SEEDS = (3, 8)
+RETRY_SECONDS = 5  # the agents' [repair] retry_seconds: a failed move is tried again 5 s, then 10 s later
 MARKS = "/ledgers/underreplication/ledgers"
 READ_ONLY = [make_acl("world", "anyone", read=True, admin=True)]  # admin: to open them again
 # What each alert says at each verdict (every other alert of these stays quiet).
@@ -66,7 +68,7 @@ def _agent_config(tmp_path: Path, bookie, metadata_uri: str) -> Path:
                     f'[agent]\nstate_dir = "{tmp_path / f"state-{bookie.name}"}"\nlisten = "127.0.0.1:0"\n'
                     f'checkpoint_seconds = 1\nperiod_days = {10 / 86400}\nstart_jitter_minutes = 0\n'
                     f'[throttle]\nbytes_per_second = 100000000\ndisk_backoff = false\n'
-                    f'[repair]\nmark = true\ncopy_bytes_per_second = 0\n')
+                    f'[repair]\nmark = true\ncopy_bytes_per_second = 0\nretry_seconds = {RETRY_SECONDS}\n')
     return path
 
 
@@ -245,15 +247,16 @@ def test_health_status_metrics_marks_and_alerts_tell_the_same_story_at_every_sta
             spare.stop()
             wait_for(lambda: zk.exists(f"/ledgers/available/{spare.bookie_id}") is None, 60, "bookie4 still there")
             zk.delete(lock_path("/ledgers", other))
-            health = wait_for(has(agent2, lambda h: followed(other)(h) == "escalated"), 150, "M not escalated")
+            health = wait_for(has(agent2, lambda h: followed(other)(h) == "escalated"), 60, "M not escalated")
             (row,) = [r for r in health["repair"]["following"] if r["ledger_id"] == other]
             failed = [e["at_ms"] for e in row["events"] if e["what"] == "failed"]
             escalated = [e["at_ms"] for e in row["events"] if e["what"] == "escalated"]
             took = (escalated[0] - failed[0]) / 1000
-            # 90 s: tries 30 s and 60 s apart, each made within the second it is due (a worker holding the lock
-            # at that moment puts a try off by 10 s).
+            # Tries RETRY_SECONDS and twice that apart, each made within the second it is due (a worker holding
+            # the lock at that moment puts a try off by 10 s).
             busy = sum(e["what"] == "busy" for e in row["events"] if e["at_ms"] > failed[0])
-            assert 89.0 <= took <= 93.0 + 10 * busy, f"escalated {took:.0f}s after the first failed move"
+            due = 3 * RETRY_SECONDS
+            assert due - 1 <= took <= due + 3 + 10 * busy, f"escalated {took:.0f}s after the first failed move"
             rows.append(_observe(tmp_path, "escalated", agent2, configs["bookie2"], other))
             assert rows[-1]["state"] == "escalated"
         finally:
