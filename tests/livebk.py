@@ -20,11 +20,13 @@ The tests FAIL (never skip) when java or the kit is missing: a JRE is part of th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -486,14 +488,23 @@ class LiveCluster:
                 *_BOOKIE_JAVA_OPTIONS, "-cp", class_path, main_class, *args]
 
     def _compiled(self, source: Path) -> Path:
-        """The directory of ``source``'s class, compiled against the kit's jars once per cluster."""
-        classes = self.run_dir / source.stem
+        """The directory of ``source``'s class, compiled against the kit's jars once for every test of this machine
+        that runs this source (by its content: a changed source is compiled anew)."""
+        digest = hashlib.sha256(source.read_bytes() + str(self.kit).encode()).hexdigest()[:16]
+        classes = Path(tempfile.gettempdir()) / "livebk-classes" / f"{source.stem}-{digest}"
         if not (classes / f"{source.stem}.class").is_file():
             javac = shutil.which("javac")
             if javac is None:
                 raise LiveClusterError("javac is not installed (Debian's default-jdk-headless; ./dev test installs it)")
-            subprocess.run([javac, "-proc:none", "-nowarn", "-cp", f"{self.kit / 'lib'}/*", "-d", str(classes),
+            classes.parent.mkdir(exist_ok=True)
+            # compiled aside, then renamed into place: a test beside this one never sees half a directory
+            scratch = Path(tempfile.mkdtemp(prefix=f".{source.stem}-", dir=classes.parent))
+            subprocess.run([javac, "-proc:none", "-nowarn", "-cp", f"{self.kit / 'lib'}/*", "-d", str(scratch),
                             str(source)], check=True, capture_output=True, timeout=300)
+            try:
+                scratch.rename(classes)
+            except OSError:  # compiled by another test meanwhile
+                shutil.rmtree(scratch)
         return classes
 
     def shell(self, *args: str, conf: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess:

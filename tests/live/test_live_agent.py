@@ -12,7 +12,7 @@ What must hold: every injected fault is found with its exact category, nothing e
 reported (0 false findings), each damaged ledger is marked once, and the two untouched bookies log no
 exception at all.
 
-Set ``LIVE_SECONDS`` (default 45) to run each writer longer: ``LIVE_SECONDS=1800 ./dev test tests/live``
+Set ``LIVE_SECONDS`` (default 20) to run each writer longer: ``LIVE_SECONDS=1800 ./dev test tests/live``
 is the hour-long run.
 """
 
@@ -33,7 +33,7 @@ from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
 from test_agent_service import AgentProcess, book_entries, wait_for
 
-SECONDS = int(os.environ.get("LIVE_SECONDS", "45"))
+SECONDS = int(os.environ.get("LIVE_SECONDS", "20"))
 FLUSHING_SECONDS = 10
 NOT_DAMAGE = {"orphan_ledger"}
 

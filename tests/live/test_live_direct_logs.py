@@ -13,7 +13,8 @@ flush thread (each rolled log keeps one of its eight write buffers until finaliz
 one more): it then leaves its newest log all zeros and acknowledges nothing, and the writer fails. Logs of 8 MiB
 keep it clear of that.
 
-Set ``LIVE_SECONDS`` (default 90) to run the writer longer.
+The writer runs until a scan during the writes verified ``ENOUGH_ENTRIES`` (at least three scans by then), at most
+``LIVE_SECONDS`` (default 90); ``LIVE_SECONDS=1800 ENOUGH_ENTRIES=0`` runs it the whole time.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from scanner.storage.entrylog import DIRECT_BLOCK_SIZE, LEGACY_HEADER_SIZE, Entr
 from scanner.storage.layout import discover_layout
 
 SECONDS = int(os.environ.get("LIVE_SECONDS", "90"))
+# Written enough: the scans after the writes must each verify over 1000 entries (the writer deletes about half of
+# its older ledgers as it goes), so a scan during them verifying this many ends the writes; 0: never
+ENOUGH_ENTRIES = int(os.environ.get("ENOUGH_ENTRIES", "2500"))
 NOT_DAMAGE = {"orphan_ledger"}
 LOG_SIZE = 8 << 20  # bookie3's logSizeLimit here (see the module doc)
 SCANS_AFTER = 8  # scans after the writer, with the bookie stopped, and after its restart (each)
@@ -99,7 +103,12 @@ def test_a_direct_entry_logger_bookie_scanned_during_and_after_writes_and_a_rest
             before = _zero_logs(ledger_dir)
             scans["writing"].append(_scan(capsys, bookie))
             zero_seen |= before | _zero_logs(ledger_dir)
-        cluster.wait_for_writer()
+            if ENOUGH_ENTRIES and len(scans["writing"]) >= 3 and \
+                    scans["writing"][-1]["summary"]["entries_verified"] >= ENOUGH_ENTRIES:
+                cluster.stop_writer()  # its open ledger stays open, as a crashed client's does
+                break
+        else:
+            cluster.wait_for_writer()
         for _ in range(SCANS_AFTER):
             zero_seen |= _zero_logs(ledger_dir)
             scans["written"].append(_scan(capsys, bookie))
@@ -132,7 +141,8 @@ def test_a_direct_entry_logger_bookie_scanned_during_and_after_writes_and_a_rest
     # What the scans met in between (their log): a log of zeros let be, a ledgers map read again once written.
     met = Counter("log of zeros" if "reads as zeros" in m else "map read again" for m in caplog.messages
                   if "reads as zeros" in m or "ledgers map, read again" in m)
-    print("scans:", counts, "findings:", dict(categories), "met:", dict(met),
+    print("scans:", counts, "entries verified by the last scan during the writes:",
+          scans["writing"][-1]["summary"]["entries_verified"], "findings:", dict(categories), "met:", dict(met),
           "logs of zeros seen beside the scans:", sorted(zero_seen))
     assert sum(counts.values()) >= 30 and counts["writing"] >= 3, counts
     damage = {phase: [f for r in reports for f in r["findings"] if f["category"] not in NOT_DAMAGE]

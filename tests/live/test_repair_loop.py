@@ -40,7 +40,7 @@ from test_agent_service import AgentProcess, book_entries, book_history
 
 VARIANTS = ("worker", "no_worker", "zk_outage")
 CHOSEN = VARIANTS if os.environ.get("REPAIR_VARIANT") == "all" else (os.environ.get("REPAIR_VARIANT", "worker"),)
-WRITE_SECONDS = 30
+WRITE_SECONDS = 20
 WRITER_SEEDS = (1, 4, 5, 6)
 ROTATE_SECONDS = 10
 ROTATE_SEEDS = (3, 8)
