@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import tempfile
+import time
 
 from json_schemas import assert_valid
 from livebk import LiveCluster
@@ -23,6 +25,7 @@ from scanner.storage.layout import discover_layout
 from test_agent_service import leaked
 
 PAYLOAD_AT = 100  # the byte flipped, counted from the start of the payload
+WRITING_ROUNDS_SECONDS = 300.0  # rounds of writing for the ledgers a test needs, at most
 
 
 def flip_payload(bookie, ledger_id: int, entry_id: int, digest_length: int) -> None:
@@ -42,12 +45,16 @@ def _two_flushed_ledgers(cluster, bookie):
     """Two closed ledgers on ``bookie`` (one segment, a digest that can be checked), B of write quorum 3, written
     before a later writer rotated the logs past them (so they are flushed). The writer makes one such ledger
     of write quorum 3 in four and deletes about half of what it made: on a busy machine a short run can leave
-    none, so the writers go on, a few seconds at a time, until there are two."""
+    none (a loaded one wrote 8 ledgers in 36 s), so the writers go on, a few seconds at a time, until there are two
+    (within ``WRITING_ROUNDS_SECONDS``)."""
     cluster.write(seconds=12)
     cluster.wait_for_writer()
     with open_metadata(cluster.metadata_uri) as store:
         written = set(store.ledger_ids())
-    for seed in (3, 5, 7, 9):
+    deadline = time.monotonic() + WRITING_ROUNDS_SECONDS
+    for seed in itertools.count(3, 2):
+        if time.monotonic() > deadline:
+            break
         cluster.write(seconds=6, seed=seed)  # rotates the logs past the ledgers written so far
         cluster.wait_for_writer()
         with open_metadata(cluster.metadata_uri) as store:

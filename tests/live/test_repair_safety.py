@@ -141,7 +141,7 @@ def test_a_bookie_killed_while_its_agent_repairs_loses_no_mark_and_ends_re_repli
 
 
 def _rot_in_most_logs(bookie, store) -> int:
-    """With the bookie stopped: one payload byte flipped in a record of a closed ledger in most of its entry logs;
+    """With the bookie stopped: one payload byte flipped in a record of a closed ledger in every entry log that holds one;
     how many logs (of how many) now hold damage."""
     layout = discover_layout(bookie.conf)
     chosen: dict[int, tuple] = {}
@@ -170,7 +170,9 @@ def test_damage_in_most_entry_logs_trips_the_breaker_within_the_first_pass(tmp_p
         bookie2.stop()
         with open_metadata(cluster.metadata_uri) as store:
             damaged_logs, logs = _rot_in_most_logs(bookie2, store)
-        assert damaged_logs >= 5 and damaged_logs * 2 > logs, (damaged_logs, logs)
+        # Well over the breaker's share (failed_disk_log_share, 10 %; at least 5 logs). Not all logs can be damaged:
+        # a log may hold only records of deleted, open or DUMMY ledgers (a loaded run: 19 of 41 logs could be).
+        assert damaged_logs >= 5 and damaged_logs * 4 > logs, (damaged_logs, logs)
         bookie2.start()
         config = _agent_config(tmp_path, bookie2, cluster.metadata_uri)
         config.write_text(config.read_text() + "moves_per_hour = 2\n")
