@@ -287,9 +287,14 @@ def test_the_used_slots_of_a_page_are_its_entries_whatever_their_number(slots, f
 
 def _read_both_ways(files) -> list:
     """read_index_files natively and with the reference forced: both must give the same, errors worded alike."""
+    return _reading_both_ways(lambda: read_index_files(list(files)))
+
+
+def _reading_both_ways(reader) -> list:
+    """What ``reader()`` reads, natively and with the reference forced: both must give the same, errors worded alike."""
     def read():
         return [(ledger_id, None if ids is None else list(ids), repr(found) if ids is None else list(found))
-                for ledger_id, ids, found in read_index_files(list(files))]
+                for ledger_id, ids, found in reader()]
 
     assert native_code() is not None, "the native code is not built"
     native = read()
@@ -383,16 +388,7 @@ def test_files_that_outgrow_the_native_columns_read_as_the_python_reader_does(tm
 
 def _read_by_name_both_ways(current_dirs: list[Path], ledger_ids: list[int]) -> list:
     """read_ledger_index_files natively and with the reference forced: both must give the same, errors worded alike."""
-    def read():
-        return [(ledger_id, None if ids is None else list(ids), repr(found) if ids is None else list(found))
-                for ledger_id, ids, found in read_ledger_index_files(current_dirs, ledger_ids)]
-
-    assert native_code() is not None, "the native code is not built"
-    native = read()
-    with reference_walker():
-        reference = read()
-    assert native == reference
-    return native
+    return _reading_both_ways(lambda: read_ledger_index_files(current_dirs, ledger_ids))
 
 
 def test_a_ledgers_index_file_is_read_where_the_bookie_looks_for_it(tmp_path):
