@@ -14,9 +14,7 @@ from __future__ import annotations
 import logging
 import struct
 from array import array
-from collections import deque
-from functools import partial
-from itertools import islice
+from itertools import chain, compress, islice, repeat
 from typing import Callable, Iterator
 
 from scanner.checks.findings import Finding
@@ -92,28 +90,28 @@ class IndexStep:
         opened where the bookie looks for it; nothing is listed. A ledger placed here whose file is not there is left
         to the cluster step (condition 1). An index file of a ledger the metadata does not have (deleted) is not read:
         the bookie's garbage collection removes it, and its records in the entry logs are reported from the walk."""
-        placed: deque[tuple[int, bytes | None, Callable[[], LedgerRead]]] = deque()  # asked of the index, in order
+        asked: dict[int, tuple] = {}  # ledger placed here, asked of the index, not met yet -> (znode bytes, the
+        # whole metadata's reader and its place there), in the metadata's order
 
-        def placed_ids() -> Iterator[int]:
+        def placed_here() -> Iterator[list[int]]:
             for ledger_ids in _chunks(self.store.ledger_ids(), METADATA_BATCH):
                 data, read_of = (lean_source or self._whole_source)(ledger_ids)
-                for i, (ledger_id, is_placed_here) in enumerate(
-                        zip(ledger_ids, placed_ledgers(ledger_ids, data, self.bookie_id))):
-                    if is_placed_here is None:
-                        is_placed_here = self._placed_whole(read_of(i))
-                    if is_placed_here:
-                        placed.append((ledger_id, data[i], partial(read_of, i)))
-                        yield ledger_id
+                placed = placed_ledgers(ledger_ids, data, self.bookie_id)
+                for i in [i for i, is_placed_here in enumerate(placed) if is_placed_here is None]:
+                    placed[i] = self._placed_whole(read_of(i))
+                chosen = list(compress(range(len(ledger_ids)), placed))
+                ids = [ledger_ids[i] for i in chosen]
+                asked.update(zip(ids, zip([data[i] for i in chosen], repeat(read_of), chosen)))
+                yield ids
 
-        indexes = self.storage.ledger_indexes(placed_ids())
-        while batch := _next_batch(indexes):
-            met = []
-            for ledger_id, _, _ in batch:  # the index gives what it has of the ledgers asked, in their order
-                while (asked := placed.popleft())[0] != ledger_id:
-                    self._not_in_index(asked[0])
-                met.append(asked)
-            self._index_batch(batch, [data for _, data, _ in met], lambda j: met[j][2]())
-        for ledger_id, _, _ in placed:
+        indexes = self.storage.ledger_indexes(chain.from_iterable(placed_here()))
+        while batch := _next_batch(indexes):  # (the index gives what it has of the ledgers asked, in their order)
+            met = [asked.pop(ledger_id, None) for ledger_id, _, _ in batch]
+            if None in met:  # a ledger the store named twice (in both of the hierarchical trees), met already
+                kept = [i for i, asked_for in enumerate(met) if asked_for is not None]
+                batch, met = [batch[i] for i in kept], [met[i] for i in kept]
+            self._index_batch(batch, [data for data, _, _ in met], lambda j: met[j][1](met[j][2]))
+        for ledger_id in asked:
             self._not_in_index(ledger_id)
 
     def _not_in_index(self, ledger_id: int) -> None:
