@@ -1,5 +1,6 @@
 /*
- * `.idx` files: listed; a window of small ones opened ahead, the cached ones read at once, the rest later.
+ * `.idx` files: listed (for `export`), or opened by name where the bookie looks for them (a pass's index step); a
+ * window of small ones opened ahead, the cached ones read at once, the rest later.
  */
 
 #include "native.h"
