@@ -60,7 +60,7 @@ static int posix_fadvise(int fd, off_t offset, off_t length, int advice) { retur
 #define IDX_FETCHED 1                           /* asking the disk for the first read ahead brought pages in: ours */
 #define IDX_LEAVE_TO_PYTHON (-1)
 #define IDX_PENDING (-2) /* opened ahead, not cached: read when its window is */
-#define IDX_ABSENT (-3)  /* no such file (nor directory on its path), or not a file: the index lacks the ledger */
+#define IDX_ABSENT (-3)  /* no such file (or a file on its path), or a directory of its name: the index lacks it */
 #define IDX_MAX_DIGITS 16
 
 static int64_t PAGE_BYTES = 4096; /* the system's, set at import */
@@ -722,8 +722,8 @@ done:
 
 /* read_index_files(window) -> (counts, starts, wanted): every file of the window read (then closed, its columns let
  * go). counts[i]: how many non-empty slots file i has (their entry ids and encoded locations in the window's columns
- * from starts[i]), -1: file i is left to the Python reader, or -3: it is not there. wanted: the slots of files left out for want of room in
- * the columns (longer columns would take them). */
+ * from starts[i]), -1: file i is left to the Python reader, or -3: it is not there. wanted: the slots of files left
+ * out for want of room in the columns (longer columns would take them). */
 static PyObject *native_read_index_files(PyObject *m, PyObject *args) {
     IndexWindow *window;
     if (!PyArg_ParseTuple(args, "O!", &IndexWindowType, &window))

@@ -3,11 +3,11 @@
 The step needs, per ledger, its digest type and password (for the ledger table) and whether the index holds every
 entry the write sets give this bookie (:func:`scanner.scan.completeness.holds_every_entry`); only a ledger found
 short needs its whole metadata. Before a `.idx` bookie's index is read, whether each ledger's ensembles have this
-bookie at all (:func:`placed_ledgers`): the index files of those alone are looked for. The native code (``scanner/native/lean_metadata.c``), when it runs
-(:mod:`scanner.native.switch`), takes these from the znode bytes of a batch at once, with no metadata object per
-ledger, for metadata in its common form (format version 3, known fields, every invariant holding); it leaves any
-other ledger to :func:`lean_reference`, the Python form, which decodes the whole metadata and is what the native
-code must agree with.
+bookie at all (:func:`placed_ledgers`): the index files of those alone are looked for. The native code
+(``scanner/native/lean_metadata.c``), when it runs (:mod:`scanner.native.switch`), takes these from the znode bytes
+of a batch at once, with no metadata object per ledger, for metadata in its common form (format version 3, known
+fields, every invariant holding); it leaves any other ledger to :func:`lean_reference` (and :func:`placed_reference`),
+the Python form, which decodes the whole metadata and is what the native code must agree with.
 """
 
 from __future__ import annotations
