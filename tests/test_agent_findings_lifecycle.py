@@ -18,6 +18,7 @@ from scanner.checks.findings import Category, Finding
 from scanner.metadata.ledger_paths import LedgerManager, ledger_path
 from scanner.metadata.uri import open_metadata
 from scanner.repair.marks import mark_path
+from scanner.storage.indexfile import index_file_path
 from scanner.sample.sample_cluster import SAMPLE_BOOKIE, build_sample
 from test_agent_service import EXPECTED, AgentProcess, book_entries, book_history, cli, wait_for, write_config
 from test_exit_status import REPO
@@ -228,14 +229,16 @@ def test_damage_repaired_or_deleted_ends_its_findings_and_health_status_and_the_
         assert agent.post_suspect({"ledger": 2})["queued"] == 1
         wait_for(lambda: "corrupt_entry" not in agent.health()["findings"], 30, "the suspect's scan did not end it")
 
-        # The rest: ledgers 3, 5 and 6 deleted, and entry log 1 (only ledger 6's) collected as GC would.
+        # The rest: ledgers 3, 5 and 6 deleted, and ledger 6's index and entry log 1 (only ledger 6's) collected as
+        # GC would (BookKeeper's GarbageCollectorThread deletes a deleted ledger's index, then the logs it alone used).
         for ledger_id in (3, 5, 6):
             drop_ledger(ledger_id)
+        (sample.ledger_dir / "current" / index_file_path(6)).unlink()
         (sample.ledger_dir / "current" / "1.log").unlink()
         seen = passes()
         wait_for(lambda: passes() >= seen + 2, 60, "no pass began and ended after the repair")
         health = agent.health()
-        assert health["findings"] == {"orphan_ledger": 5}  # 9 as before, and the deleted 2, 3, 5, 6
+        assert health["findings"] == {"orphan_ledger": 4}  # 9 as before, and the deleted 2, 3, 5 (6 is all gone)
         assert health["findings_ended_since_start"] == {c: n for c, n in damage.items() if c != "orphan_ledger"}
         assert not re.search(r'^bookie_scanner_findings\{[^}]*category="(?!orphan_ledger)[^"]*"\} [1-9]',
                              agent.metrics(), re.M)  # what the damage alert sums
@@ -243,7 +246,7 @@ def test_damage_repaired_or_deleted_ends_its_findings_and_health_status_and_the_
         assert status.returncode == 0 and status.stdout.splitlines()[0].endswith(": HEALTHY")
         assert agent.terminate() == 0
         agent.start().wait_ready()  # what ended stays ended
-        assert agent.health()["findings"] == {"orphan_ledger": 5}
+        assert agent.health()["findings"] == {"orphan_ledger": 4}
         assert agent.terminate() == 0
     finally:
         if agent.process.poll() is None:

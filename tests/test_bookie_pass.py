@@ -274,3 +274,26 @@ def test_a_torn_tail_of_a_log_that_is_no_longer_the_newest_is_damage(tmp_path):
     # ends in half a record.
     [damage] = _walk_torn_log_as_it_rotates(tmp_path, completed=False)
     assert damage.category.value == "damaged_entry_log" and "560 of 1060 bytes present" in damage.detail
+
+
+def test_a_ledger_the_metadata_names_twice_is_read_once(tmp_path):
+    """Ledger 5 in both of the hierarchical manager's trees (its short path and a long one): the `.idx` pass reads its
+    index once and reports what it reports with the ledger named once."""
+    import base64
+    import json
+
+    nodes = json.loads(DUMP.read_text())
+    five = next(node for node in nodes if node["path"] == "/ledgers/00/0000/L0005")
+    twice = tmp_path / "twice.json"
+    twice.write_text(json.dumps(nodes + [
+        {"path": path, "data_b64": base64.b64encode(b"").decode(), "ephemeral": False, "mzxid": 1, "version": 0}
+        for path in ("/ledgers/000", "/ledgers/000/0000", "/ledgers/000/0000/0000", "/ledgers/000/0000/0000/0000")
+    ] + [{**five, "path": "/ledgers/000/0000/0000/0000/L0005"}]))
+    layout = discover_layout(CORPUS / "bookie-configs" / "bookie1.conf", ledger_dirs=[CORPUS / "bookie1" / "ledgers"])
+    reports = []
+    for dump in (DUMP, twice):
+        with SnapshotStore(dump) as store:
+            assert list(store.ledger_ids()).count(5) == (1 if dump == DUMP else 2)
+            with _pass(layout, store, tmp_path) as full:
+                reports.append((sorted(map(repr, full.run())), full.totals.ledgers_checked))
+    assert reports[1] == reports[0]

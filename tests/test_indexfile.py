@@ -37,6 +37,7 @@ from scanner.storage.indexfile import (
     index_files,
     indexed_ledger_ids,
     read_index_files,
+    read_ledger_index_files,
 )
 from scanner.storage.location import EntryLocation, nonzero_slots
 
@@ -286,9 +287,14 @@ def test_the_used_slots_of_a_page_are_its_entries_whatever_their_number(slots, f
 
 def _read_both_ways(files) -> list:
     """read_index_files natively and with the reference forced: both must give the same, errors worded alike."""
+    return _reading_both_ways(lambda: read_index_files(list(files)))
+
+
+def _reading_both_ways(reader) -> list:
+    """What ``reader()`` reads, natively and with the reference forced: both must give the same, errors worded alike."""
     def read():
         return [(ledger_id, None if ids is None else list(ids), repr(found) if ids is None else list(found))
-                for ledger_id, ids, found in read_index_files(list(files))]
+                for ledger_id, ids, found in reader()]
 
     assert native_code() is not None, "the native code is not built"
     native = read()
@@ -378,6 +384,75 @@ def test_files_that_outgrow_the_native_columns_read_as_the_python_reader_does(tm
     read = _read_both_ways(files)
     assert [ledger_id for ledger_id, _, _ in read] == [ledger_id for ledger_id, _ in files]
     assert all(ids is not None and len(ids) > 0 for _, ids, _ in read)
+
+
+def _read_by_name_both_ways(current_dirs: list[Path], ledger_ids: list[int]) -> list:
+    """read_ledger_index_files natively and with the reference forced: both must give the same, errors worded alike."""
+    return _reading_both_ways(lambda: read_ledger_index_files(current_dirs, ledger_ids))
+
+
+def test_a_ledgers_index_file_is_read_where_the_bookie_looks_for_it(tmp_path):
+    # BookKeeper's IndexPersistenceMgr.findIndexFile: the first index dir that has the ledger's .idx; here, else a
+    # .rloc left by an interrupted move. Nothing is listed: what is not at its name is not read.
+    first, second = tmp_path / "d0" / "current", tmp_path / "d1" / "current"
+    first.mkdir(parents=True)
+    second.mkdir(parents=True)
+
+    def put(current: Path, ledger_id: int, suffix: str, entry_id: int) -> None:
+        path = current / index_file_path(ledger_id, suffix)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(header() + body({entry_id: EntryLocation(1, 1024 + entry_id)}))
+
+    put(first, 1, ".idx", 0)
+    put(second, 1, ".idx", 1)  # the first dir's is the one the bookie reads
+    put(second, 2, ".idx", 2)
+    put(first, 3, ".rloc", 3)
+    put(second, 3, ".idx", 4)  # a .idx in any dir before a .rloc
+    put(second, 4, ".rloc", 5)
+    put(first, 0x1234, ".idx", 6)
+    (first / "0" / "6").mkdir(parents=True)
+    (first / "0" / "6" / "6.idx").mkdir()  # a directory of its name is no index file
+    (first / "0" / "7").write_bytes(b"")  # a file where a directory should be
+    misnamed = first / "0" / "8" / "08.idx"  # not the name the bookie reads
+    misnamed.parent.mkdir(parents=True)
+    misnamed.write_bytes(header() + body({0: EntryLocation(1, 1024)}))
+    (first / "0" / "9").mkdir()
+    (first / "0" / "9" / "9.idx").write_bytes(b"BKLX" + header()[4:])
+    (first / "0" / "a").mkdir()
+    (first / "0" / "a" / "a.idx").symlink_to(first / "0" / "1" / "1.idx")  # read through the link, as the bookie does
+    wanted = [9, 0x1234, 5, 4, 3, 2, 1, 6, 7, 8, 10, 2**64 - 1]
+    read = _read_by_name_both_ways([first, second], wanted)
+    found = {ledger_id: ids for ledger_id, ids, _ in read}
+    assert [ledger_id for ledger_id, _, _ in read] == [9, 0x1234, 4, 3, 2, 1, 10]  # the order asked
+    assert found == {9: None, 0x1234: [6], 4: [5], 3: [4], 2: [2], 1: [0], 10: [0]}
+    assert read[0][2].startswith("BadIndexSignature(")
+
+
+def test_reading_by_name_keeps_the_windows_and_the_large_files_of_the_listed_reader(tmp_path, monkeypatch):
+    # Many ledgers, some missing, some past one read, columns too short at first: as read_index_files reads them.
+    monkeypatch.setattr(indexfile, "_WINDOW_SLOTS", PAGE // 8)
+    rng = random.Random(7)
+    current = tmp_path / "current"
+    present = []
+    for ledger_id in range(1, 4 * FETCH_AHEAD_FILES):
+        if rng.random() < 0.2:
+            continue
+        pages = rng.choice([1, 1, 2, 9])
+        entries = rng.sample(range(PAGE // 8 * pages), rng.randrange(1, 40))
+        path = current / index_file_path(ledger_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(header() + body({e: EntryLocation(ledger_id % 3, 1024 + e) for e in entries}, pages=pages))
+        present.append(ledger_id)
+    by_name = _read_by_name_both_ways([current], list(range(4 * FETCH_AHEAD_FILES)))
+    listed = _read_both_ways(sorted(index_files(current)))
+    assert [ledger_id for ledger_id, _, _ in by_name] == present
+    assert by_name == listed
+
+
+def test_reading_by_name_needs_every_index_dir(tmp_path):
+    for walker in (contextlib.nullcontext, reference_walker):
+        with walker(), pytest.raises(FileNotFoundError):
+            list(read_ledger_index_files([tmp_path / "nowhere"], [1]))
 
 
 def _list_both_ways(current: Path) -> list[tuple[int, str]]:

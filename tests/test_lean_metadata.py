@@ -1,6 +1,7 @@
 """The lean metadata decode of a pass's index step: the native form (``scanner/native/lean_metadata.c``) gives what the Python reference
-gives (the whole metadata decoded, then digest type, password and the completeness count taken from it) on every
-corpus ledger and on generated and damaged metadata, or leaves the ledger to the reference; never anything else."""
+gives (the whole metadata decoded, then digest type, password and the completeness count taken from it, and whether
+an ensemble has the bookie) on every corpus ledger and on generated and damaged metadata, or leaves the ledger to the
+reference; never anything else."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from scanner.metadata.ledger import (LedgerMetadata, LedgerState, parse_ledger_m
                                      serialize_ledger_metadata)
 from scanner.metadata.ledger_paths import LedgerManager, ledger_id_from_path
 from scanner.native import switch
-from scanner.scan.lean_metadata import lean_ledgers, lean_reference
+from scanner.scan.lean_metadata import lean_ledgers, lean_reference, placed_ledgers, placed_reference
 from scanner.storage.entry import DigestType
 
 HEADER = b"BookieMetadataFormatVersion\t3\n"
@@ -30,10 +31,15 @@ def native(ledger_id: int, data, bookie_id: str, entry_ids):
 
 
 def agrees(ledger_id: int, data, bookie_id: str, entry_ids) -> bool:
-    """Whether the native form gave the reference's answer (True) or left the ledger to it (False)."""
+    """Whether the native form gave the reference's answer (True) or left the ledger to it (False); its placement
+    answer too, which it gives from the same decode."""
     found = native(ledger_id, data, bookie_id, entry_ids)
+    placed = switch.native_code().placed_batch([data], bookie_id.encode())[0]
+    if placed is not None:
+        assert placed == placed_reference(ledger_id, data, bookie_id)
     if found is None:
         return False
+    assert placed is not None
     assert found == lean_reference(ledger_id, data, bookie_id, entry_ids)
     return True
 
@@ -91,6 +97,20 @@ def test_a_batch_mixes_native_and_reference_answers_in_order():
         assert lean_ledgers(ids, data, BOOKIES[0], entry_ids) == expected
     assert native(7, v3, BOOKIES[0], owed[1:]) == (3, b"pw", False)
     assert native(7, v3, BOOKIES[0], list(owed)) is None  # not an array('Q'): left to the reference
+
+
+def test_a_ledger_is_placed_on_a_bookie_that_any_of_its_ensembles_has():
+    meta = LedgerMetadata(7, 3, 3, 2, 2, LedgerState.CLOSED, 9, 100,
+                          ((0, tuple(BOOKIES[:3])), (5, (BOOKIES[3], *BOOKIES[1:3]))), DigestType.CRC32C, b"pw", None,
+                          (), None)
+    v3, v2 = serialize_ledger_metadata(meta, 3), serialize_ledger_metadata(meta, 2)
+    ids, data = [7, 8, 9, 10], [v3, v2, b"damaged", None]
+    for bookie_id, placed in ((BOOKIES[0], True), (BOOKIES[3], True), (BOOKIES[4], False)):
+        expected = [placed, placed, None, None]  # (None: the ledger is decoded whole, which words the error)
+        assert placed_ledgers(ids, data, bookie_id) == expected
+        with reference_walker():
+            assert placed_ledgers(ids, data, bookie_id) == expected
+        assert switch.native_code().placed_batch(data, bookie_id.encode()) == [placed, None, None, None]
 
 
 @st.composite

@@ -1,5 +1,6 @@
 /*
- * `.idx` files: listed; a window of small ones opened ahead, the cached ones read at once, the rest later.
+ * `.idx` files: listed (for `export`), or opened by name where the bookie looks for them (a pass's index step); a
+ * window of small ones opened ahead, the cached ones read at once, the rest later.
  */
 
 #include "native.h"
@@ -59,6 +60,7 @@ static int posix_fadvise(int fd, off_t offset, off_t length, int advice) { retur
 #define IDX_FETCHED 1                           /* asking the disk for the first read ahead brought pages in: ours */
 #define IDX_LEAVE_TO_PYTHON (-1)
 #define IDX_PENDING (-2) /* opened ahead, not cached: read when its window is */
+#define IDX_ABSENT (-3)  /* no such file (or a file on its path), or a directory of its name: the index lacks it */
 #define IDX_MAX_DIGITS 16
 
 static int64_t PAGE_BYTES = 4096; /* the system's, set at import */
@@ -313,10 +315,11 @@ done:
 }
 #endif /* HAVE_GETDENTS64 */
 
-static int open_read_only(const char *path) {
-    int fd = open(path, O_RDONLY | O_NOATIME | O_CLOEXEC); /* reading must not touch the file's access time */
+/* `path`, relative to the directory open as `directory` (AT_FDCWD: as given), opened to read. */
+static int open_read_only(int directory, const char *path) {
+    int fd = openat(directory, path, O_RDONLY | O_NOATIME | O_CLOEXEC); /* reading must not touch its access time */
     if (fd < 0 && (errno == EPERM || errno == EACCES))
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        fd = openat(directory, path, O_RDONLY | O_CLOEXEC);
     return fd;
 }
 
@@ -432,9 +435,10 @@ static Py_ssize_t read_at_open(int fd, uint8_t *buffer, Slots *out, int *flags, 
     int64_t size = size_from_short_read(cached, IDX_ONE_PAGE_FILE + 1);
     if (size < 0) { /* larger than one page of slots, not all cached, or not read: its size from a stat */
         struct stat st;
-        if (fstat(fd, &st) != 0 || st.st_size > IDX_FIRST_READ) {
+        int stated = fstat(fd, &st) == 0;
+        if (!stated || S_ISDIR(st.st_mode) || st.st_size > IDX_FIRST_READ) {
             close(fd);
-            return IDX_LEAVE_TO_PYTHON;
+            return stated && S_ISDIR(st.st_mode) ? IDX_ABSENT : IDX_LEAVE_TO_PYTHON; /* (a directory is no index) */
         }
         size = st.st_size;
         if (cached > IDX_ONE_PAGE_FILE && size > cached) { /* the rest of a larger file, as far as it is cached */
@@ -539,10 +543,96 @@ static PyTypeObject IndexWindowType = {
     .tp_dealloc = (destructor)IndexWindow_dealloc,
 };
 
-/* open_index_files(paths, ids, locations): an IndexWindow of the files, each opened read-only: those all cached read at
- * once, the others' first bytes asked of the disk (one that would not open, or is too large, is left to the Python
- * reader). Their slots go to the two uint64 columns given (held until the window is read or closed): a file whose
- * slots no longer fit is left to the Python reader. */
+/* A window of `n` files whose slots go to the caller's two uint64 columns (held until it is read or closed), its
+ * files not opened yet; NULL with the error set. */
+static IndexWindow *new_window(Py_ssize_t n, PyObject *const *columns) {
+    IndexWindow *window = PyObject_New(IndexWindow, &IndexWindowType);
+    if (window == NULL)
+        return NULL;
+    window->n = 0, window->viewing = 0;
+    window->counts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    window->starts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    window->fds = PyMem_Calloc((size_t)n + 1, sizeof(int));
+    window->flags = PyMem_Calloc((size_t)n + 1, sizeof(int));
+    window->sizes = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
+    if (window->counts == NULL || window->starts == NULL || window->fds == NULL || window->flags == NULL ||
+        window->sizes == NULL) {
+        Py_DECREF(window);
+        return (IndexWindow *)PyErr_NoMemory();
+    }
+    if (uint64_columns(columns, window->views, 2, 1) < 0) {
+        Py_DECREF(window);
+        return NULL;
+    }
+    window->viewing = 1;
+    Py_ssize_t length = window->views[0].len < window->views[1].len ? window->views[0].len : window->views[1].len;
+    window->slots = (Slots){window->views[0].buf, window->views[1].buf, 0, (size_t)length / 8, 0, 1};
+    return window;
+}
+
+/* `value` in lowercase hex without leading zeros (Java's toHexString) at `out`; returns the end. */
+static char *hex_digits(char *out, uint64_t value) {
+    char digits[IDX_MAX_DIGITS];
+    int n = 0;
+    do
+        digits[n++] = "0123456789abcdef"[value & 0xF];
+    while ((value >>= 4) != 0);
+    while (n > 0)
+        *out++ = digits[--n];
+    return out;
+}
+
+/* Where BookKeeper keeps a ledger's index file under an index dir's current/ (IndexPersistenceMgr.getLedgerName):
+ * <hex of bits 8-15>/<hex of bits 0-7>/<hex id>.idx (or .rloc), into `name` (room for 2 + 1 + 2 + 1 + 16 + 6). */
+static void ledger_index_name(char *name, uint64_t ledger_id, int rloc) {
+    char *at = hex_digits(name, (ledger_id >> 8) & 0xFF);
+    *at++ = '/';
+    at = hex_digits(at, ledger_id & 0xFF);
+    *at++ = '/';
+    at = hex_digits(at, ledger_id);
+    memcpy(at, rloc ? ".rloc" : ".idx", rloc ? sizeof ".rloc" : sizeof ".idx");
+}
+
+/* A ledger's index file opened where the bookie looks for it (IndexPersistenceMgr.findIndexFile: the first of the
+ * index dirs open as `directories` that has its `.idx`; here, else a `.rloc` left by an interrupted move, as
+ * indexfile.find_index_file): its fd, or -1 with errno (ENOENT: in none of them). */
+static int open_ledger_index(const int *directories, Py_ssize_t n_directories, uint64_t ledger_id) {
+    char name[2 * (2 + 1) + IDX_MAX_DIGITS + sizeof ".rloc"];
+    for (int rloc = 0; rloc < 2; rloc++) {
+        ledger_index_name(name, ledger_id, rloc);
+        for (Py_ssize_t d = 0; d < n_directories; d++) {
+            int fd = open_read_only(directories[d], name);
+            if (fd >= 0 || (errno != ENOENT && errno != ENOTDIR))
+                return fd;
+        }
+    }
+    errno = ENOENT;
+    return -1;
+}
+
+/* The window's files opened read-only (the cached ones read at once, the others' first bytes asked of the disk, one
+ * that would not open or is too large left to the Python reader, one not there IDX_ABSENT), without the GIL: by the
+ * paths in `encoded` (a list of bytes), or else the index files of `ledger_ids` (open_ledger_index). */
+static void open_window(IndexWindow *window, Py_ssize_t n, uint8_t *buffer, PyObject *encoded,
+                        const int *directories, Py_ssize_t n_directories, const uint64_t *ledger_ids) {
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int fd = encoded != NULL ? open_read_only(AT_FDCWD, PyBytes_AS_STRING(PyList_GET_ITEM(encoded, i)))
+                                 : open_ledger_index(directories, n_directories, ledger_ids[i]);
+        window->starts[i] = (Py_ssize_t)window->slots.count;
+        if (fd < 0)
+            window->counts[i] = errno == ENOENT || errno == ENOTDIR ? IDX_ABSENT : IDX_LEAVE_TO_PYTHON;
+        else
+            window->counts[i] = read_at_open(fd, buffer, &window->slots, &window->flags[i], &window->sizes[i]);
+        window->fds[i] = window->counts[i] == IDX_PENDING ? fd : -1;
+    }
+    window->n = n;
+    Py_END_ALLOW_THREADS
+}
+
+/* open_index_files(paths, ids, locations): an IndexWindow of the files (open_window), their slots to go to the two
+ * uint64 columns given (held until the window is read or closed): a file whose slots no longer fit is left to the
+ * Python reader. */
 static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
     PyObject *paths, *columns[2];
     if (!PyArg_ParseTuple(args, "OOO", &paths, &columns[0], &columns[1]))
@@ -562,54 +652,78 @@ static PyObject *native_open_index_files(PyObject *m, PyObject *args) {
     Py_DECREF(sequence);
     if (encoded == NULL)
         return NULL;
-    IndexWindow *window = PyObject_New(IndexWindow, &IndexWindowType);
-    uint8_t *buffer = PyMem_RawMalloc(IDX_FIRST_READ);
-    if (window != NULL) {
-        window->n = 0, window->viewing = 0;
-        window->counts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
-        window->starts = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
-        window->fds = PyMem_Calloc((size_t)n + 1, sizeof(int));
-        window->flags = PyMem_Calloc((size_t)n + 1, sizeof(int));
-        window->sizes = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
-        if (window->counts == NULL || window->starts == NULL || window->fds == NULL || window->flags == NULL ||
-            window->sizes == NULL ||
-            buffer == NULL) {
-            Py_CLEAR(window);
-            PyErr_NoMemory();
-        }
+    IndexWindow *window = new_window(n, columns);
+    uint8_t *buffer = window == NULL ? NULL : PyMem_RawMalloc(IDX_FIRST_READ);
+    if (window != NULL && buffer == NULL) {
+        Py_CLEAR(window);
+        PyErr_NoMemory();
     }
-    if (window != NULL) {
-        if (uint64_columns(columns, window->views, 2, 1) < 0) {
-            Py_CLEAR(window);
-        } else {
-            window->viewing = 1;
-            Py_ssize_t length = window->views[0].len < window->views[1].len ? window->views[0].len
-                                                                            : window->views[1].len;
-            window->slots = (Slots){window->views[0].buf, window->views[1].buf, 0, (size_t)length / 8, 0, 1};
-        }
-    }
-    if (window != NULL) {
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int fd = open_read_only(PyBytes_AS_STRING(PyList_GET_ITEM(encoded, i)));
-            window->starts[i] = (Py_ssize_t)window->slots.count;
-            window->counts[i] = fd < 0 ? IDX_LEAVE_TO_PYTHON
-                                       : read_at_open(fd, buffer, &window->slots, &window->flags[i],
-                                                      &window->sizes[i]);
-            window->fds[i] = window->counts[i] == IDX_PENDING ? fd : -1;
-        }
-        window->n = n;
-        Py_END_ALLOW_THREADS
-    }
+    if (window != NULL)
+        open_window(window, n, buffer, encoded, NULL, 0, NULL);
     PyMem_RawFree(buffer);
     Py_DECREF(encoded);
     return (PyObject *)window;
 }
 
+/* open_ledger_index_files(directory_fds, ledger_ids, ids, locations): as open_index_files, the files being the index
+ * files of `ledger_ids` (a uint64 column, each at most 2**63 - 1) where the bookie looks for them (open_ledger_index)
+ * in its index dirs' current/, open as `directory_fds` (a sequence of ints) in the bookie's order. */
+static PyObject *native_open_ledger_index_files(PyObject *m, PyObject *args) {
+    PyObject *fds, *ledger_ids, *columns[2];
+    if (!PyArg_ParseTuple(args, "OOOO", &fds, &ledger_ids, &columns[0], &columns[1]))
+        return NULL;
+    PyObject *sequence = PySequence_Fast(fds, "a sequence of directory fds");
+    if (sequence == NULL)
+        return NULL;
+    Py_ssize_t n_directories = PySequence_Fast_GET_SIZE(sequence);
+    int *directories = PyMem_Calloc((size_t)n_directories + 1, sizeof(int));
+    if (directories == NULL) {
+        Py_DECREF(sequence);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t d = 0; d < n_directories; d++) {
+        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(sequence, d));
+        if ((fd == -1 && PyErr_Occurred()) || fd < 0 || fd > INT_MAX) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "a directory fd is a non-negative int");
+            Py_DECREF(sequence);
+            PyMem_Free(directories);
+            return NULL;
+        }
+        directories[d] = (int)fd;
+    }
+    Py_DECREF(sequence);
+    Py_buffer ids;
+    if (uint64_column(ledger_ids, &ids) < 0) {
+        PyMem_Free(directories);
+        return NULL;
+    }
+    Py_ssize_t n = ids.len / 8;
+    IndexWindow *window = NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (((const uint64_t *)ids.buf)[i] > (uint64_t)INT64_MAX) {
+            PyErr_SetString(PyExc_ValueError, "a ledger id is at most 2**63 - 1");
+            goto done;
+        }
+    window = new_window(n, columns);
+    uint8_t *buffer = window == NULL ? NULL : PyMem_RawMalloc(IDX_FIRST_READ);
+    if (window != NULL && buffer == NULL) {
+        Py_CLEAR(window);
+        PyErr_NoMemory();
+    }
+    if (window != NULL)
+        open_window(window, n, buffer, NULL, directories, n_directories, ids.buf);
+    PyMem_RawFree(buffer);
+done:
+    PyBuffer_Release(&ids);
+    PyMem_Free(directories);
+    return (PyObject *)window;
+}
+
 /* read_index_files(window) -> (counts, starts, wanted): every file of the window read (then closed, its columns let
  * go). counts[i]: how many non-empty slots file i has (their entry ids and encoded locations in the window's columns
- * from starts[i]), or -1: file i is left to the Python reader. wanted: the slots of files left out for want of room in
- * the columns (longer columns would take them). */
+ * from starts[i]), -1: file i is left to the Python reader, or -3: it is not there. wanted: the slots of files left
+ * out for want of room in the columns (longer columns would take them). */
 static PyObject *native_read_index_files(PyObject *m, PyObject *args) {
     IndexWindow *window;
     if (!PyArg_ParseTuple(args, "O!", &IndexWindowType, &window))
@@ -636,7 +750,8 @@ static PyObject *native_read_index_files(PyObject *m, PyObject *args) {
     IndexWindow_release(window);
     PyObject *result = NULL;
     for (Py_ssize_t i = 0; counts != NULL && i < n; i++) {
-        Py_ssize_t count = window->counts[i] < 0 ? IDX_LEAVE_TO_PYTHON : window->counts[i];
+        Py_ssize_t count = window->counts[i] < 0 && window->counts[i] != IDX_ABSENT ? IDX_LEAVE_TO_PYTHON
+                                                                                   : window->counts[i];
         PyObject *c = PyLong_FromSsize_t(count), *at = PyLong_FromSsize_t(window->starts[i]);
         if (c == NULL || at == NULL) {
             Py_XDECREF(c), Py_XDECREF(at);
@@ -672,6 +787,9 @@ static PyMethodDef methods[] = {
     {"open_index_files", native_open_index_files, METH_VARARGS,
      "open_index_files(paths, ids, locations) -> IndexWindow: `.idx` files opened, the cached ones read into the "
      "columns, the others fetched ahead"},
+    {"open_ledger_index_files", native_open_ledger_index_files, METH_VARARGS,
+     "open_ledger_index_files(directory_fds, ledger_ids, ids, locations) -> IndexWindow: as open_index_files, the "
+     "index files of ledger_ids where the bookie looks for them in its index dirs (open as directory_fds)"},
     {"read_index_files", native_read_index_files, METH_VARARGS,
      "read_index_files(window) -> (counts, starts, wanted): small `.idx` files read, checked, sifted, closed"},
     {"close_index_files", native_close_index_files, METH_VARARGS,

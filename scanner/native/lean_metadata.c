@@ -10,6 +10,9 @@
  * reference (scanner.metadata.ledger), which words the error. Every length read from the bytes is checked
  * against what is left before use.
  *
+ * From the same decode, whether any ensemble of a ledger has this bookie (placed_batch; scanner/scan/lean_metadata.py's
+ * placed_reference is the reference): a `.idx` bookie's index files are looked for where the metadata places them.
+ *
  * Also here, the completeness count for a ledger decoded whole (owned_count: scanner/scan/completeness.py is the
  * reference).
  */
@@ -300,6 +303,27 @@ static int holds_every_entry(const Lean *lean, const uint64_t *ids, Py_ssize_t n
 }
 #endif /* COUNTS_COMPLETENESS */
 
+/* A znode's bytes (a bytes object) into *lean; 0 for anything but the common form. */
+static int decode_lean(PyObject *data, const uint8_t *bookie, Py_ssize_t bookie_length, Lean *lean) {
+    const uint8_t *at = (const uint8_t *)PyBytes_AS_STRING(data), *end = at + PyBytes_GET_SIZE(data);
+    uint64_t size;
+    if ((size_t)(end - at) < HEADER_LENGTH || memcmp(at, HEADER, HEADER_LENGTH) != 0)
+        return 0;
+    at += HEADER_LENGTH;
+    const uint8_t *size_start = at;
+    if (!read_varint(&at, end, &size) || at - size_start > 5 || size > INT32_MAX || size > (uint64_t)(end - at))
+        return 0;
+    memset(lean, 0, sizeof *lean);
+    lean->last_entry_id = 0;
+    lean->digest_type = 1; /* an absent digestType reads as the enum's first value */
+    if (!read_body(at, at + size, bookie, bookie_length, lean) || !lean->has_write_quorum || !lean->has_ensemble_size
+        || !lean->has_length || !lean->has_state || !holds_invariants(lean))
+        return 0;
+    if (lean->state != 3)
+        lean->last_entry_id = -1;
+    return 1;
+}
+
 /* One ledger: (digest type number or 0, password or None, complete) or None for the Python reference. */
 static PyObject *lean_ledger(PyObject *ledger_id, PyObject *data, const uint8_t *bookie, Py_ssize_t bookie_length,
                              PyObject *entry_ids) {
@@ -311,23 +335,9 @@ static PyObject *lean_ledger(PyObject *ledger_id, PyObject *data, const uint8_t 
         return NULL;
     if (overflow || id < 0)
         Py_RETURN_NONE;
-    const uint8_t *at = (const uint8_t *)PyBytes_AS_STRING(data), *end = at + PyBytes_GET_SIZE(data);
-    uint64_t size;
-    if ((size_t)(end - at) < HEADER_LENGTH || memcmp(at, HEADER, HEADER_LENGTH) != 0)
-        Py_RETURN_NONE;
-    at += HEADER_LENGTH;
-    const uint8_t *size_start = at;
-    if (!read_varint(&at, end, &size) || at - size_start > 5 || size > INT32_MAX || size > (uint64_t)(end - at))
-        Py_RETURN_NONE;
     Lean lean;
-    memset(&lean, 0, sizeof lean);
-    lean.last_entry_id = 0;
-    lean.digest_type = 1; /* an absent digestType reads as the enum's first value */
-    if (!read_body(at, at + size, bookie, bookie_length, &lean) || !lean.has_write_quorum || !lean.has_ensemble_size
-        || !lean.has_length || !lean.has_state || !holds_invariants(&lean))
+    if (!decode_lean(data, bookie, bookie_length, &lean))
         Py_RETURN_NONE;
-    if (lean.state != 3)
-        lean.last_entry_id = -1;
 
     Py_buffer view;
     if (uint64_column(entry_ids, &view) < 0) { /* not a uint64 column: the Python reference counts */
@@ -374,6 +384,33 @@ static PyObject *lean_batch(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* placed_batch(znode_data, bookie_id: bytes): for each znode's bytes (None: no znode), whether any ensemble of the
+ * ledger has the bookie, or None where the Python reference must decode (no znode, not the common form). */
+static PyObject *placed_batch(PyObject *self, PyObject *args) {
+    PyObject *datas;
+    const char *bookie;
+    Py_ssize_t bookie_length;
+    if (!PyArg_ParseTuple(args, "O!y#", &PyList_Type, &datas, &bookie, &bookie_length))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(datas);
+    PyObject *result = PyList_New(n);
+    if (result == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *data = PyList_GET_ITEM(datas, i), *placed = Py_None;
+        Lean lean;
+        if (PyBytes_Check(data) && decode_lean(data, (const uint8_t *)bookie, bookie_length, &lean)) {
+            placed = Py_False;
+            for (int segment = 0; segment < lean.segment_count; segment++)
+                if (lean.segments[segment].bookie_index >= 0)
+                    placed = Py_True;
+        }
+        Py_INCREF(placed);
+        PyList_SET_ITEM(result, i, placed);
+    }
+    return result;
+}
+
 /* How many of entry_ids[low:high] have the bookie at ensemble `index` in their write set (striped placement). */
 static PyObject *native_owned_count(PyObject *m, PyObject *args) {
     PyObject *object;
@@ -406,6 +443,9 @@ static PyMethodDef methods[] = {
     {"lean_batch", lean_batch, METH_VARARGS,
      "lean_batch(ledger_ids, znode_data, bookie_id: bytes, entry_ids) -> list of (digest type number or 0, password "
      "or None, whether the index holds every entry owed) or None where the Python reference must decode"},
+    {"placed_batch", placed_batch, METH_VARARGS,
+     "placed_batch(znode_data, bookie_id: bytes) -> list of whether an ensemble has the bookie, or None where the "
+     "Python reference must decode"},
     {"owned_count", native_owned_count, METH_VARARGS,
      "owned_count(entry_ids, low, high, index, size, quorum): entries of [low, high) striped onto ensemble index"},
     {NULL},

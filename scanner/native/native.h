@@ -6,7 +6,7 @@
  *   digests.c         CRC32C (SSE4.2 where the CPU has it), CRC32, HMAC-SHA1: whether a stored entry's digest holds
  *   record_walk.c     the record walker: one entry log's records walked and matched with the index's locations
  *   location_sort.c   the index's locations sorted by where they point, and the location runs' columns packed narrow
- *   index_files.c     `.idx` files listed and read, a window of small ones at a time
+ *   index_files.c     `.idx` files listed or opened by name, and read, a window of small ones at a time
  *   locations_db.c    DbLedgerStorage's `locations` DB: a RocksDB cursor's pairs decoded into columns
  *   lean_metadata.c   what a pass's index step needs from each ledger's metadata, and the completeness count
  *   dump_records.c    the dump store's scratch file: records packed, found by path hash, parsed

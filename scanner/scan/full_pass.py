@@ -75,6 +75,7 @@ class BookiePass(IndexStep, LogWalks, Confirmation):
         self.orphans: dict[int, OrphanTrace] = defaultdict(OrphanTrace)
         self._absent: set[int] = set()  # ledgers met in the logs that the metadata does not have
         self._unindexed: dict[int, RecordingVerifier] = {}  # placed on this bookie by the metadata, not in the index
+        self._not_found: list[int] = []  # `.idx`: placed on this bookie, no index file where the bookie looks
         self._unlisted: dict[int, DigestVerifier | None] = {}  # ledgers only the logs named, read once
         self._recheck: set[int] = set()  # ledgers with index findings, judged again on fresh reads
         self._reported: dict[int, set[int]] = defaultdict(set)  # entries already in a finding, per ledger
@@ -148,11 +149,23 @@ class BookiePass(IndexStep, LogWalks, Confirmation):
                     faults[ledger_id].append(RecordFault(
                         entry_id, entry_log_id, pos, True, f"entry log {entry_log_id} was not there to walk"))
         findings = self._confirm(sorted(set(faults) | set(self._unindexed)), faults, with_index=set(self._unindexed))
+        self._count_orphans_indexed()
         return findings + self.orphan_findings()
 
     def orphan_findings(self) -> list[Finding]:
         """Informational findings for the ledgers the metadata no longer has."""
         return orphan_findings(self.orphans)
+
+    def _count_orphans_indexed(self) -> None:
+        """On `.idx` storage, whose index the pass reads from the metadata's side, the entries the index still holds
+        of each deleted ledger the walks met, from its index file (a few files: looked for by name)."""
+        unread = [ledger_id for ledger_id, orphan in self.orphans.items() if orphan.indexed is None]
+        if not unread or self.storage.layout.storage == "db":
+            return
+        with self.reopen() as fresh:
+            for ledger_id, entry_ids, _ in fresh.ledger_indexes(sorted(unread)):
+                if entry_ids is not None:
+                    self.orphans[ledger_id].indexed = len(entry_ids)
 
     # -- plumbing -----------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """The first steps of a full pass (:mod:`scanner.scan.full_pass`): the index read once in its order, and the cluster.
 
 1. The index: for each ledger (metadata read in pipelined batches), conditions 1 and 2 from its
-   entry list; its digest type and key go to a compact table, its locations to sorted runs.
+   entry list; its digest type and key go to a compact table, its locations to sorted runs. DbLedgerStorage's
+   index is read in its own order; a `.idx` bookie's from the metadata's side: the index file of each ledger the
+   metadata places on this bookie, opened where the bookie looks for it (nothing listed).
 2. The cluster: ledgers the metadata places on this bookie that the index lacks (condition 1).
 
 What the index step found short is judged once confirmed (:mod:`scanner.scan.confirmation`).
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 import struct
 from array import array
-from itertools import islice
+from itertools import chain, compress, islice, repeat
 from typing import Callable, Iterator
 
 from scanner.checks.findings import Finding
@@ -20,7 +22,7 @@ from scanner.checks.ledger_check import LedgerEvidence, judge_ledger
 from scanner.metadata.ledger import LedgerMetadata
 from scanner.metadata.store import LedgerRead
 from scanner.scan.completeness import holds_every_entry
-from scanner.scan.lean_metadata import LeanLedger, lean_ledgers
+from scanner.scan.lean_metadata import LeanLedger, is_placed, lean_ledgers, placed_ledgers
 from scanner.scan.location_runs import LocationRuns
 from scanner.scan.record_walk_types import KnownLedgers
 from scanner.scan.targeted import verifier_of
@@ -61,19 +63,12 @@ class IndexStep:
 
     def read_index(self) -> None:
         self.runs = LocationRuns(self.scratch)
-        index = self.storage.indexed_ledgers(self.dir_index)
         lean_source = self._lean_source()
         try:
-            while batch := _next_batch(index):
-                ledger_ids = [ledger_id for ledger_id, _, _ in batch]
-                entry_lists = [entry_ids for _, entry_ids, _ in batch]
-                self.pacer.take_entries(sum(map(len, filter(None, entry_lists))))  # (None: an index that did not read)
-                if lean_source is None:
-                    for (_, entry_ids, raw_locations), read in zip(batch, self.store.ledger_batch(ledger_ids)):
-                        self._index_ledger(read, entry_ids, raw_locations)
-                    continue
-                data, read_of = lean_source(ledger_ids)
-                self._index_leans(batch, lean_ledgers(ledger_ids, data, self.bookie_id, entry_lists), read_of)
+            if self.storage.layout.storage == "db":
+                self._read_listed_index(lean_source)
+            else:
+                self._read_placed_index(lean_source)
         except DbIndexError as error:
             # The index stops reading part-way: every ledger it would have listed is judged on its own.
             log.warning("%s", error)
@@ -82,6 +77,67 @@ class IndexStep:
         # What the walks may look up themselves: every ledger of the table but those whose own index did not read
         # (their records are noted by the recording verifier ``_verifier_for`` gives)
         self._known = KnownLedgers(*self.table.columns(), asked=array("Q", sorted(self._unindexed)))
+
+    def _read_listed_index(self, lean_source) -> None:
+        """DbLedgerStorage: every ledger its index lists, in its order, with its metadata."""
+        index = self.storage.indexed_ledgers(self.dir_index)
+        while batch := _next_batch(index):
+            ledger_ids = [ledger_id for ledger_id, _, _ in batch]
+            self._index_batch(batch, *(lean_source or self._whole_source)(ledger_ids))
+
+    def _read_placed_index(self, lean_source) -> None:
+        """`.idx` storage: the index files of the ledgers the metadata places on this bookie (an ensemble has it), each
+        opened where the bookie looks for it; nothing is listed. A ledger placed here whose file is not there is left
+        to the cluster step (condition 1). An index file of a ledger the metadata does not have (deleted) is not read:
+        the bookie's garbage collection removes it, and its records in the entry logs are reported from the walk."""
+        asked: dict[int, tuple] = {}  # ledger placed here, asked of the index, not met yet -> (znode bytes, the
+        # whole metadata's reader and its place there), in the metadata's order
+
+        def placed_here() -> Iterator[list[int]]:
+            for ledger_ids in _chunks(self.store.ledger_ids(), METADATA_BATCH):
+                data, read_of = (lean_source or self._whole_source)(ledger_ids)
+                placed = placed_ledgers(ledger_ids, data, self.bookie_id)
+                for i in [i for i, is_placed_here in enumerate(placed) if is_placed_here is None]:
+                    placed[i] = self._placed_whole(read_of(i))
+                chosen = list(compress(range(len(ledger_ids)), placed))
+                ids = [ledger_ids[i] for i in chosen]
+                asked.update(zip(ids, zip([data[i] for i in chosen], repeat(read_of), chosen)))
+                yield ids
+
+        indexes = self.storage.ledger_indexes(chain.from_iterable(placed_here()))
+        while batch := _next_batch(indexes):  # (the index gives what it has of the ledgers asked, in their order)
+            met = [asked.pop(ledger_id, None) for ledger_id, _, _ in batch]
+            if None in met:  # a ledger the store named twice (in both of the hierarchical trees), met already
+                kept = [i for i, asked_for in enumerate(met) if asked_for is not None]
+                batch, met = [batch[i] for i in kept], [met[i] for i in kept]
+            self._index_batch(batch, [data for data, _, _ in met], lambda j: met[j][1](met[j][2]))
+        for ledger_id in asked:
+            self._not_in_index(ledger_id)
+
+    def _not_in_index(self, ledger_id: int) -> None:
+        if self.owns_ledger(ledger_id):
+            self._not_found.append(ledger_id)
+
+    def _placed_whole(self, read: LedgerRead) -> bool:
+        """Whether the ledger, decoded whole, is placed on this bookie (an undecodable one this pass owns noted)."""
+        if read.error is not None:
+            if self.owns_ledger(read.ledger_id):
+                self._undecodable(read.ledger_id, read.error)
+            return False
+        return read.meta is not None and is_placed(read.meta, self.bookie_id)
+
+    def _whole_source(self, ledger_ids: list[int]) -> tuple[list, Callable[[int], LedgerRead]]:
+        """A store that offers no undecoded znodes: each ledger read whole (no bytes for the lean decode)."""
+        reads = self.store.ledger_batch(ledger_ids)
+        return [None] * len(ledger_ids), reads.__getitem__
+
+    def _index_batch(self, batch: list, data: list, read_of: Callable[[int], LedgerRead]) -> None:
+        """A batch of what the index holds (ledger id, entry ids, locations), with each one's znode bytes (None: none
+        offered) and its whole metadata on demand (the i-th's)."""
+        ledger_ids = [ledger_id for ledger_id, _, _ in batch]
+        entry_lists = [entry_ids for _, entry_ids, _ in batch]
+        self.pacer.take_entries(sum(map(len, filter(None, entry_lists))))  # (None: an index that did not read)
+        self._index_leans(batch, lean_ledgers(ledger_ids, data, self.bookie_id, entry_lists), read_of)
 
     def _lean_source(self) -> Callable[[list[int]], tuple[list, Callable[[int], LedgerRead]]] | None:
         """Where the store offers the undecoded znodes: for a batch of ledger ids, (each one's znode bytes, None for
@@ -190,8 +246,13 @@ class IndexStep:
     # -- 2. the cluster -----------------------------------------------------------------------
 
     def read_cluster(self) -> None:
-        """Ledgers the metadata places on this bookie that the index does not have (condition 1)."""
-        ids = (i for chunk in _chunks(self.store.ledger_ids(), CLUSTER_CHUNK) for i in self._lacking(chunk))
+        """Ledgers the metadata places on this bookie that the index does not have (condition 1): on `.idx` storage,
+        those the index step looked for and did not find; on DbLedgerStorage, every ledger of the metadata its index
+        did not list."""
+        if self.storage.layout.storage == "db":
+            ids = (i for chunk in _chunks(self.store.ledger_ids(), CLUSTER_CHUNK) for i in self._lacking(chunk))
+        else:
+            ids = iter(self._not_found)
         while batch := list(islice(ids, METADATA_BATCH)):
             for read in self.store.ledger_batch(batch):
                 if read.error is not None:

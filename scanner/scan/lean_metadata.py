@@ -2,11 +2,12 @@
 
 The step needs, per ledger, its digest type and password (for the ledger table) and whether the index holds every
 entry the write sets give this bookie (:func:`scanner.scan.completeness.holds_every_entry`); only a ledger found
-short needs its whole metadata. The native code (``scanner/native/lean_metadata.c``), when it runs
-(:mod:`scanner.native.switch`), takes these from the znode bytes of a batch at once, with no metadata object per
-ledger, for metadata in its common form (format version 3, known fields, every invariant holding); it leaves any
-other ledger to :func:`lean_reference`, the Python form, which decodes the whole metadata and is what the native
-code must agree with.
+short needs its whole metadata. Before a `.idx` bookie's index is read, whether each ledger's ensembles have this
+bookie at all (:func:`placed_ledgers`): the index files of those alone are looked for. The native code
+(``scanner/native/lean_metadata.c``), when it runs (:mod:`scanner.native.switch`), takes these from the znode bytes
+of a batch at once, with no metadata object per ledger, for metadata in its common form (format version 3, known
+fields, every invariant holding); it leaves any other ledger to :func:`lean_reference` (and :func:`placed_reference`),
+the Python form, which decodes the whole metadata and is what the native code must agree with.
 """
 
 from __future__ import annotations
@@ -30,6 +31,33 @@ def lean_ledgers(ledger_ids: list[int], data: list[bytes | None], bookie_id: str
         return [found if found is not None else lean_reference(ledger_id, raw, bookie_id, ids)
                 for ledger_id, raw, ids, found in zip(ledger_ids, data, entry_ids, lean)]
     return [lean_reference(*ledger) for ledger in zip(ledger_ids, data, [bookie_id] * len(ledger_ids), entry_ids)]
+
+
+def placed_ledgers(ledger_ids: list[int], data: list[bytes | None], bookie_id: str) -> list[bool | None]:
+    """Whether any ensemble of each ledger has this bookie, from its znode's bytes (None: no znode); None where it
+    must be decoded whole (no such ledger, or bytes that do not decode)."""
+    native = native_code()
+    if native is not None:
+        placed = native.placed_batch(data, bookie_id.encode())
+        return [found if found is not None else placed_reference(ledger_id, raw, bookie_id)
+                for ledger_id, raw, found in zip(ledger_ids, data, placed)]
+    return [placed_reference(ledger_id, raw, bookie_id) for ledger_id, raw in zip(ledger_ids, data)]
+
+
+def placed_reference(ledger_id: int, data: bytes | None, bookie_id: str) -> bool | None:
+    """The Python form of :func:`placed_ledgers` for one ledger: the whole metadata decoded."""
+    if data is None:
+        return None
+    try:
+        meta = parse_ledger_metadata(ledger_id, data)
+    except MetadataFormatError:
+        return None
+    return is_placed(meta, bookie_id)
+
+
+def is_placed(meta, bookie_id: str) -> bool:
+    """Whether any ensemble of the ledger has this bookie (then the bookie holds, or held, some of its entries)."""
+    return any(bookie_id in bookies for _, bookies in meta.segments)
 
 
 def lean_reference(ledger_id: int, data: bytes | None, bookie_id: str, entry_ids) -> LeanLedger | None:

@@ -125,10 +125,17 @@ class LogWalks:
         misread = {f.found_ledger_id for f in state.walk.index_faults if f.found_ledger_id is not None}
         seen = state.walk.stats.ledgers_seen  # (a log of a busy bookie holds a little of very many ledgers: only
         for ledger_id in self._absent.intersection(seen):  # the few of note are looked at one by one)
-            if ledger_id not in misread and self.owns_ledger(ledger_id):
+            if ledger_id not in misread and self._reports_orphan(ledger_id):
                 self.orphans[ledger_id].logs.add(entry_log_id)
         for ledger_id in self._unindexed.keys() & seen:
             self._unindexed[ledger_id].logs.add(entry_log_id)
+
+    def _reports_orphan(self, ledger_id: int) -> bool:
+        """Whether this pass reports a deleted ledger met in its logs: on DbLedgerStorage the pass of the ledger's own
+        dir (whose logs alone hold its records); on `.idx` storage, whose ledger dirs share one id space of logs,
+        the pass of every dir whose logs hold its records (the index, read from the metadata's side, does not show
+        the ledger to the pass that owns it)."""
+        return self.owns_ledger(ledger_id) or self.storage.layout.storage != "db"
 
     def _settle(self, state: _LogWalk, final: bool) -> list[Finding]:
         """The confirmed findings about what the walk has passed since the last settling (all of it when ``final``)."""

@@ -13,8 +13,9 @@ import struct
 import sys
 from array import array
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
+from operator import itemgetter
 from pathlib import Path, PurePosixPath
 
 from scanner.native.switch import native_code
@@ -37,6 +38,7 @@ FETCH_AHEAD_FILES = 64  # files whose first bytes the disk is asked for before t
 _WINDOW_SLOTS = FETCH_AHEAD_FILES * 2048  # a window's slots the native reader's columns hold at first (files of 17 KiB)
 _INDEX_NAME = re.compile(r"([0-9a-f]{1,16})\.(idx|rloc)")
 _MAX_LEDGER_ID = 2**63 - 1
+_LEFT_TO_PYTHON = -1  # the native reader's count of a file it left to IndexFile (-3: a file not there)
 
 
 class IndexFileError(Exception):
@@ -137,23 +139,68 @@ def read_index_files(files: Iterable[tuple[int, str]]) -> Iterator[IndexedLedger
         for ledger_id, path, guest in fetched_ahead(files):
             yield from _read_one(ledger_id, path, guest)
         return
-    files = iter(files)
+    yield from _read_windows(native, iter(files), lambda window, columns: native.open_index_files(
+        [path for _, path in window], *columns), itemgetter(0), itemgetter(1))
+
+
+def read_ledger_index_files(current_dirs: Sequence[Path], ledger_ids: Iterable[int]) -> Iterator[IndexedLedger]:
+    """What :func:`read_index_files` gives of each of ``ledger_ids`` (taken as they are needed) whose index file is
+    where the bookie looks for it (:func:`where_kept`), in their order; nothing for a ledger that has none. Nothing
+    is listed: each file is opened by its name. Each index dir's ``current/`` is opened first: one not there raises,
+    as a listing of it would."""
+    ledger_ids = (ledger_id for ledger_id in ledger_ids if 0 <= ledger_id <= _MAX_LEDGER_ID)
+    dirs = [str(current) for current in current_dirs]
+    fds: list[int] = []
+    try:
+        for current in dirs:
+            fds.append(os.open(current, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        native = native_code()
+        if native is None:
+            files = ((ledger_id, path) for ledger_id in ledger_ids if (path := where_kept(dirs, ledger_id)) is not None)
+            for ledger_id, path, guest in fetched_ahead(files):
+                yield from _read_one(ledger_id, path, guest)
+            return
+        yield from _read_windows(native, ledger_ids, lambda window, columns: native.open_ledger_index_files(
+            fds, array("Q", window), *columns), int, lambda ledger_id: where_kept(dirs, ledger_id))
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def where_kept(current_dirs: Sequence[str], ledger_id: int) -> str | None:
+    """The path of a ledger's index file where the bookie looks for it (BookKeeper's IndexPersistenceMgr.findIndexFile:
+    the first index dir in which a file of its name exists), else of a `.rloc` left by an interrupted move (as
+    :func:`find_index_file`); None: neither exists."""
+    for suffix in (".idx", ".rloc"):
+        relative = index_file_path(ledger_id, suffix)
+        for current in current_dirs:
+            candidate = os.path.join(current, relative)
+            if os.path.exists(candidate):
+                return candidate
+    return None
+
+
+def _read_windows(native, files: Iterator, open_window: Callable, ledger_of: Callable[..., int],
+                  path_of: Callable[..., str | None]) -> Iterator[IndexedLedger]:
+    """:func:`read_index_files` natively, a window of ``files`` at a time: ``open_window(files, columns)`` opens a
+    window of them; ``ledger_of`` and ``path_of`` name a file's ledger and path (None: not there now)."""
     columns, spare = ([zeroed_uint64(_WINDOW_SLOTS) for _ in range(2)] for _ in range(2))
     window = list(islice(files, FETCH_AHEAD_FILES))
-    opened = native.open_index_files([path for _, path in window], *columns)
+    opened = open_window(window, columns)
     try:
         while window:
             following = list(islice(files, FETCH_AHEAD_FILES))
             # The next window is asked of the disk before this one is read: it fetches while this one is sifted.
-            opened_next = native.open_index_files([path for _, path in following], *spare)
+            opened_next = open_window(following, spare)
             this, opened = opened, opened_next
             counts, starts, wanted = native.read_index_files(this)  # done with the columns: they may grow
             entry_ids, raw_locations = columns
-            for (ledger_id, path), count, at in zip(window, counts, starts):
-                if count < 0:
-                    yield from _read_one(ledger_id, path, None)
-                else:
-                    yield ledger_id, entry_ids[at:at + count], raw_locations[at:at + count]
+            for file, count, at in zip(window, counts, starts):
+                if count >= 0:
+                    yield ledger_of(file), entry_ids[at:at + count], raw_locations[at:at + count]
+                elif count == _LEFT_TO_PYTHON and (path := path_of(file)) is not None:  # (None: gone since)
+                    yield from _read_one(ledger_of(file), path, None)
+                # (else not there: nothing)
             if wanted:  # files left to the Python reader for want of room: the columns grow for the windows to come
                 for column in columns:
                     column.extend(zeroed_uint64(wanted))
@@ -167,8 +214,8 @@ def _read_one(ledger_id: int, path: str, guest: PageCacheGuest | None) -> Iterat
     try:
         with IndexFile(path, guest) as index:
             found = index.location_arrays()
-    except FileNotFoundError:
-        return
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return  # not there (a directory of its name is no index file)
     except IndexFileError as error:
         yield ledger_id, None, error
         return

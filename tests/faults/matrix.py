@@ -78,12 +78,25 @@ def check_fault(capsys, tmp_path: Path, bookie: str, fault: Fault) -> None:
     if expect.damage_by_log_only:
         added, wanted = _damage_by_log(added), _damage_by_log(wanted)
     assert added == wanted, report["findings"]
-    assert model.baseline <= found, "the fault hid what the clean copy reports"
+    hidden = model.baseline - found
+    assert all(_gone_with_its_logs(model, key, expect) for key in hidden), \
+        f"the fault hid what the clean copy reports: {sorted(hidden)}"
     details = " | ".join(f["detail"] for f in report["findings"])
     for phrase in expect.said:
         assert phrase in details
     damaging = {k for k in found if k[0] not in INFORMATIONAL}
     assert status == (1 if damaging else 0)
+
+
+def _gone_with_its_logs(model: Pristine, key: tuple, expect: Expect) -> bool:
+    """Whether a finding of the clean copy may go unreported in the damaged one: on `.idx` storage, whose index a pass
+    reads from the metadata's side, a deleted ledger is seen in its records, so a fault in every entry log that holds
+    them (each one a finding of the fault) may hide it."""
+    if key[0] not in INFORMATIONAL or model.storage_kind == "db":
+        return False
+    damaged_logs = {k[3] for k in expect.keys if k[3] is not None}
+    return all(log.entry_log_id in damaged_logs for log in model.logs.values()
+               if any(record.ledger_id == key[1] for record in log.records))
 
 
 def _damage_by_log(keys) -> set:
