@@ -19,7 +19,7 @@ from scanner.repair.filer import MarkFiler
 from scanner.repair.followup import FollowUp
 from scanner.repair.followup_state import STATE_FILE, Stage
 from scanner.repair.marks import UnderreplicationMarks, mark_path
-from scanner.repair.rereplicate import Outcome
+from scanner.repair.move_outcome import Outcome
 from scanner.scan.targeted import LedgerScanner
 from scanner.statefile import read_json
 from scanner.storage.bookie import open_bookie

@@ -18,7 +18,8 @@ from scanner.metadata.ledger_paths import ledger_path
 from scanner.metadata.zookeeper import ZooKeeperStore
 from scanner.repair.ledger_lock import LedgerLock, LockBusy
 from scanner.repair.marks import MarkOutcome, UnderreplicationMarks, lock_path, mark_path
-from scanner.repair.rereplicate import Outcome, Rereplicator
+from scanner.repair.move_outcome import Outcome
+from scanner.repair.rereplicate import Rereplicator
 
 LEDGER = 123456789  # bookie1 is in its only ensemble; entry 8 is one of bookie1's
 ME = bookie_id("bookie1")

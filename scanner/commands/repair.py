@@ -82,7 +82,8 @@ def run(args) -> int:
     from scanner.repair.placement.settings import PlacementSettingsError
     from scanner.repair.planner import damage_by_ledger
     from scanner.repair.repair_journal import RepairJournal
-    from scanner.repair.rereplicate import Outcome, Rereplicator
+    from scanner.repair.move_outcome import Outcome
+    from scanner.repair.rereplicate import Rereplicator
     from scanner.scan.on_demand import scan_bookie
     from scanner.storage.bookie import open_bookie
 

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the agent's config reads the defaults below without loading the mover
-    from scanner.repair.rereplicate import Outcome
+from scanner.repair.move_outcome import Outcome
 
 FIRST_RETRY_SECONDS = 30.0  # a move that failed, or could not be made, is tried again after this ([repair] retry_seconds)
 RETRY_LIMIT_SECONDS = 600.0  # ... doubling each time, up to this
 BUSY_SECONDS = 10.0  # another repairer holds the ledger's lock: ask again after this
-AT_ONCE = ("no_good_copy", "refused")  # the Outcome values waiting does not help
 ESCALATE_AFTER_FAILURES = 3  # moves failed or without a bookie to go to (a bookie down or restarting,
 # ZooKeeper trouble) before the operator is told: the third try comes 3 x FIRST_RETRY_SECONDS (90 s) after the first
 
@@ -28,4 +24,4 @@ def escalate_now(outcome: Outcome, failures: int) -> bool:
     failed, is what a bookie restarting or a ZooKeeper election looks like for a while: only when it
     lasts (``ESCALATE_AFTER_FAILURES`` in a row), so a bookie's restart pages no one.
     """
-    return outcome.value in AT_ONCE or failures >= ESCALATE_AFTER_FAILURES
+    return outcome in (Outcome.NO_GOOD_COPY, Outcome.REFUSED) or failures >= ESCALATE_AFTER_FAILURES

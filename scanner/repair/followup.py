@@ -45,7 +45,8 @@ from scanner.repair.followup_state import ENDED_KEPT, STATE_FILE, Stage, Tracked
 from scanner.repair.marks import DamagedMark, UnderreplicationMarks
 from scanner.repair.planner import Action, LedgerPlan, damage_by_ledger, plan_ledger
 from scanner.repair.repair_journal import RepairJournal
-from scanner.repair.rereplicate import Attempt, Outcome, Rereplicator
+from scanner.repair.move_outcome import Outcome
+from scanner.repair.rereplicate import Attempt, Rereplicator
 
 log = logging.getLogger(__name__)
 

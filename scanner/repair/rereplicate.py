@@ -34,7 +34,6 @@ garbage collector finds the ledger no longer names the bookie there.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -60,6 +59,7 @@ from scanner.repair.copy_verdict import PeerCopy
 from scanner.repair.fragment_copy import CopyFailed, CopyProblem, FragmentCopier
 from scanner.repair.ledger_lock import LedgerLock, LockBusy
 from scanner.repair.marks import UnderreplicationMarks
+from scanner.repair.move_outcome import Outcome
 from scanner.repair.placement.choice import NoTarget
 from scanner.repair.placement.policy import replacement_candidates
 from scanner.repair.placement.settings import PlacementSettings, build_policy
@@ -72,23 +72,6 @@ log = logging.getLogger(__name__)
 TARGETS_TRIED = 3  # new bookies tried per fragment when one does not answer
 MAX_METADATA_ATTEMPTS = 16
 CONNECTIONS_PER_BOOKIE = 4
-
-
-class Outcome(str, enum.Enum):
-    MOVED = "moved"  # every damaged fragment now lists another bookie; its copies there verified
-    WOULD_MOVE = "would_move"  # dry run: a verified copy of every damaged entry and a new bookie are there
-    NOT_NEEDED = "not_needed"  # deleted ledger, or this bookie no longer holds the damaged entries
-    BUSY = "busy"  # another repairer holds the ledger's lock
-    DEFERRED = "deferred"  # damage in the last fragment of a ledger not closed yet
-    NO_TARGET = "no_target"  # no writable bookie outside the ensemble
-    NO_GOOD_COPY = "no_good_copy"  # no verifying copy of a damaged entry anywhere (write path, divergent)
-    REFUSED = "refused"  # this scanner cannot move it: TLS or authentication in the way, metadata it does not rewrite
-    FAILED = "failed"  # a bookie did not answer or refused, the lock was lost, ZooKeeper trouble: try again
-
-    @property
-    def final(self) -> bool:
-        """The damage is out of the way (or there was none to move)."""
-        return self in (Outcome.MOVED, Outcome.NOT_NEEDED)
 
 
 @dataclass(frozen=True, slots=True)
