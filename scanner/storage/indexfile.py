@@ -78,15 +78,10 @@ def index_file_path(ledger_id: int, suffix: str = ".idx") -> PurePosixPath:
 
 
 def find_index_file(current_dirs: Iterable[Path], ledger_id: int) -> Path | None:
-    """The ledger's `.idx` in the first index dir that has one, else a `.rloc` left by an interrupted move."""
-    dirs = tuple(current_dirs)
-    for suffix in (".idx", ".rloc"):
-        relative = index_file_path(ledger_id, suffix)
-        for current in dirs:
-            candidate = current / relative
-            if candidate.is_file():
-                return candidate
-    return None
+    """The ledger's `.idx` in the first index dir that has one, else a `.rloc` left by an interrupted move (a
+    directory of either name is passed over)."""
+    found = _first_named(tuple(map(str, current_dirs)), ledger_id, os.path.isfile)
+    return None if found is None else Path(found)
 
 
 def indexed_ledger_ids(current_dir: Path) -> Iterator[int]:
@@ -171,11 +166,16 @@ def where_kept(current_dirs: Sequence[str], ledger_id: int) -> str | None:
     """The path of a ledger's index file where the bookie looks for it (BookKeeper's IndexPersistenceMgr.findIndexFile:
     the first index dir in which a file of its name exists), else of a `.rloc` left by an interrupted move (as
     :func:`find_index_file`); None: neither exists."""
+    return _first_named(current_dirs, ledger_id, os.path.exists)
+
+
+def _first_named(current_dirs: Sequence[str], ledger_id: int, present: Callable[[str], bool]) -> str | None:
+    """The path of the ledger's `.idx` in the first of ``current_dirs`` where ``present`` holds, else of its `.rloc`."""
     for suffix in (".idx", ".rloc"):
         relative = index_file_path(ledger_id, suffix)
         for current in current_dirs:
             candidate = os.path.join(current, relative)
-            if os.path.exists(candidate):
+            if present(candidate):
                 return candidate
     return None
 
