@@ -222,8 +222,10 @@ def test_health_status_metrics_marks_and_alerts_tell_the_same_story_at_every_sta
             spare.start()
             assert cluster.registered(spare.bookie_id)
             zk.delete(lock_path("/ledgers", ledger))
-            health = wait_for(has(agent1, lambda h: any(r["ledger_id"] == ledger for r in h["repair"]["ended"])),
-                              60, "L was not moved")
+            # Moved once the follow-up has ended L and its finding with it: the finding ends a moment after the
+            # follow-up (the agent's next step), and the signals read in that moment would tell two stages.
+            health = wait_for(has(agent1, lambda h: any(r["ledger_id"] == ledger for r in h["repair"]["ended"])
+                                  and h["state"] == "healthy"), 60, "L was not moved")
             (ended,) = [r for r in health["repair"]["ended"] if r["ledger_id"] == ledger]
             assert "moved from" in ended["why"], ended
             assert [e["what"] for e in ended["events"]].count("marked") >= 2  # filed, and filed again
