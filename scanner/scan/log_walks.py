@@ -270,12 +270,10 @@ class LogWalks:
         """The map BookKeeper's garbage collector trusts, against what the walk of the whole log saw (what does not
         read goes to the log's problems)."""
         entry_log = state.entry_log
-        listed = entry_log.ledgers_map()
-        if listed is None:
+        items = entry_log.ledgers_map_items()
+        if items is None or state.walk.agrees_with_map(items):
             return []
-        seen = state.walk.stats.ledger_bytes
-        if listed == seen:
-            return []
+        listed, seen = entry_log.ledgers_map(), state.walk.stats.ledger_bytes
         wrong = sorted({ledger_id for ledger_id, _ in set(listed.items()) ^ set(seen.items())})
         if not wrong:
             return []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Sequence
 
 from scanner.storage.entry import DigestVerifier
-from scanner.storage.entrylog import LENGTH_PREFIX, EntryLog
+from scanner.storage.entrylog import LENGTH_PREFIX, EntryLog, ledgers_map_of
 
 NO_MORE = 1 << 64  # past every location pos
 
@@ -69,6 +69,12 @@ class WalkStats:
     @property
     def ledgers_seen(self):
         return self.ledger_bytes.keys()
+
+
+def map_agrees(items: bytes, stats: WalkStats) -> bool:
+    """Whether a log's ledgers map (its items as stored, :meth:`EntryLog.ledgers_map_items`) says what the walk saw
+    of the whole log (the reference of the walks' ``agrees_with_map``)."""
+    return ledgers_map_of(items) == stats.ledger_bytes
 
 
 VerifierFor = Callable[[int], "DigestVerifier | None"]
