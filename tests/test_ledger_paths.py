@@ -172,3 +172,34 @@ def test_the_corpus_has_ledgers_under_both_schemes():
     found = list(store.ledger_ids())
     assert 123456789 in found and 4294967311 in found
     assert found.index(123456789) < found.index(4294967311)  # the 2-4-4 tree is walked first
+
+
+def test_the_native_short_paths_are_the_reference_paths():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from corpus import reference_walker
+    from scanner.native.switch import native_code
+
+    native = native_code()
+    assert native is not None
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.integers(0, 2147483646), max_size=50), st.sampled_from(["/ledgers", "", "/a/b-c_d", "/lé"]))
+    def agree(batch, root):
+        with reference_walker():
+            expected = ledger_paths(LedgerManager.HIERARCHICAL, root, batch)
+        assert expected == [root + ledger_path(LedgerManager.HIERARCHICAL, "", i) for i in batch]
+        assert ledger_paths(LedgerManager.HIERARCHICAL, root, batch) == expected
+        assert ledger_paths(LedgerManager.LEGACY_HIERARCHICAL, root, batch) == expected
+        if root.isascii():
+            assert native.short_ledger_paths(root, batch) == expected
+
+    agree()
+    for outside in ([2147483647], [-1], [2**63], [2**64], [1, 2**70]):
+        with pytest.raises(ValueError):
+            native.short_ledger_paths("/ledgers", outside)
+    with pytest.raises(ValueError):
+        native.short_ledger_paths("/lé", [1])
+    with pytest.raises(TypeError):
+        native.short_ledger_paths("/ledgers", [1.5])

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from scanner.metadata.ledger import MAX_LEDGER_ID
+from scanner.native.switch import native_code
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +143,14 @@ def ledger_path(manager: LedgerManager, root: str, ledger_id: int) -> str:
 
 def ledger_paths(manager: LedgerManager, root: str, ledger_ids: Sequence[int]) -> list[str | None]:
     """The znode path of each of ``ledger_ids`` as :func:`ledger_path` gives it; None for an id the manager cannot
-    hold. A batch of ids in the hierarchical managers' short range (most clusters' every id) is named in one step."""
+    hold. A batch of ids in the hierarchical managers' short range (most clusters' every id) is named in one step, by
+    the native code when it runs (:mod:`scanner.native.switch`; :func:`_short_path` is the reference) and the root is
+    ASCII."""
     if (ledger_ids and manager in (LedgerManager.HIERARCHICAL, LedgerManager.LEGACY_HIERARCHICAL)
             and 0 <= min(ledger_ids) and max(ledger_ids) < INT_MAX):
+        native = native_code()
+        if native is not None and root.isascii() and type(ledger_ids) is list:
+            return native.short_ledger_paths(root, ledger_ids)
         return [root + path for path in map(_short_path, ledger_ids)]
     paths = []
     for ledger_id in ledger_ids:
