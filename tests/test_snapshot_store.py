@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from array import array
 import io
 import json
 import os
@@ -310,3 +311,37 @@ def test_records_read_in_spans_of_any_length_are_the_same_records(tmp_path, monk
         monkeypatch.setattr(znode_table, "_SPAN_LIMIT", span_limit)
         assert (store.nodes(paths), [store.children(path) for path in paths], store.ledger_data(scattered)) == expected
     assert expected[0] == nodes and len(ledger_ids) == 299
+
+
+def test_children_are_noted_natively_as_the_reference_notes_them():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from corpus import reference_walker
+    from scanner.metadata.znode_table import ZNodeTable
+    from scanner.native.switch import native_code
+
+    def noted(paths: list[str], first: int) -> dict:
+        table = ZNodeTable.__new__(ZNodeTable)  # only its children's index, filled from scratch
+        table._children = {}
+        table._note_children(paths, first)
+        return {parent: list(numbers) for parent, numbers in table._children.items()}
+
+    names = st.sampled_from(["", "a", "L0001", "é", "ledgers", "x\U0001F600", "LAYOUT"])
+    paths = st.lists(names, max_size=4).map("/".join) | st.lists(names, min_size=1, max_size=4).map(
+        lambda parts: "/" + "/".join(parts))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(paths, max_size=30), st.integers(0, 2**32 - 31))
+    def agree(batch, first):
+        with reference_walker():
+            expected = noted(batch, first)
+        assert noted(batch, first) == expected
+
+    agree()
+    assert native_code().child_runs(["/a/b", "/a/c", "/d/e", "/a/f", "/", "/a/"], 7) == [
+        ("/a", array("I", [7, 8]).tobytes()), ("/d", array("I", [9]).tobytes()), ("/a", array("I", [10]).tobytes())]
+    with pytest.raises(ValueError):
+        native_code().child_runs(["/a", "/b"], 2**32 - 1)
+    with pytest.raises(TypeError):
+        native_code().child_runs(["/a", b"/b"], 0)

@@ -86,7 +86,13 @@ class ZNodeTable:
 
     def _note_children(self, paths: list[str], first: int) -> None:
         """Records ``first``, ``first`` + 1, ... (of ``paths``) among their parents' children; a dump lists a parent's
-        children together, so they are noted a parent at a time."""
+        children together, so they are noted a parent at a time (found by the native code when it runs: this loop is
+        the reference)."""
+        native = native_code()
+        if native is not None:
+            for parent, numbers in native.child_runs(paths, first):
+                self._children.setdefault(parent, array("I")).frombytes(numbers)
+            return
         split = map(str.rpartition, paths, repeat("/"))
         for parent, children in groupby(zip(split, count(first)), key=_parent):
             numbers = array("I", [number for (_, _, name), number in children if name])

@@ -314,7 +314,87 @@ done:
     return result;
 }
 
+/* The parent of a path and whether its name is not empty, as str.rpartition("/") splits it: the parent ends before
+ * the last '/' (none: the parent is ""). */
+static Py_ssize_t parent_end(PyObject *path, int *named) {
+    Py_ssize_t length = PyUnicode_GET_LENGTH(path), slash = PyUnicode_FindChar(path, '/', 0, length, -1);
+    if (slash < 0) {
+        *named = length > 0;
+        return 0;
+    }
+    *named = slash + 1 < length;
+    return slash;
+}
+
+/* child_runs(paths: list of str, first) -> [(parent, numbers)]: the records first, first + 1, ... (of paths) among
+ * their parents' children (znode_table.ZNodeTable._note_children's reference loop): for each run of neighbours with
+ * one parent, the numbers of those with a name, as native uint32 bytes (a parent may have several runs, in order). */
+static PyObject *child_runs(PyObject *self, PyObject *args) {
+    PyObject *paths;
+    Py_ssize_t first;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &paths, &first))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(paths);
+    if (first < 0 || first + n - 1 > (Py_ssize_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "record numbers beyond 32 bits");
+        return NULL;
+    }
+    PyObject *runs = PyList_New(0);
+    uint32_t *numbers = PyMem_Malloc((n ? n : 1) * sizeof(uint32_t));
+    if (runs == NULL || numbers == NULL) {
+        Py_XDECREF(runs);
+        PyMem_Free(numbers);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t i = 0;
+    while (i < n) {
+        PyObject *path = PyList_GET_ITEM(paths, i);
+        if (!PyUnicode_Check(path)) {
+            PyErr_SetString(PyExc_TypeError, "a path is not a str");
+            goto failed;
+        }
+        int named;
+        Py_ssize_t end = parent_end(path, &named), count = 0, j = i;
+        int kind = PyUnicode_KIND(path);
+        const char *data = PyUnicode_DATA(path);
+        for (; j < n; j++) { /* the run: neighbours whose parent is this one, byte for byte */
+            PyObject *other = PyList_GET_ITEM(paths, j);
+            int other_named;
+            if (j > i) {
+                if (!PyUnicode_Check(other) || PyUnicode_KIND(other) != kind)
+                    break;
+                Py_ssize_t other_end = parent_end(other, &other_named);
+                if (other_end != end || memcmp(PyUnicode_DATA(other), data, (size_t)end * kind) != 0)
+                    break;
+            } else {
+                other_named = named;
+            }
+            if (other_named)
+                numbers[count++] = (uint32_t)(first + j);
+        }
+        if (count) {
+            PyObject *run = Py_BuildValue("(Ny#)", PyUnicode_Substring(path, 0, end), (const char *)numbers,
+                                          count * (Py_ssize_t)sizeof(uint32_t));
+            if (run == NULL || PyList_Append(runs, run) < 0) {
+                Py_XDECREF(run);
+                goto failed;
+            }
+            Py_DECREF(run);
+        }
+        i = j;
+    }
+    PyMem_Free(numbers);
+    return runs;
+failed:
+    PyMem_Free(numbers);
+    Py_DECREF(runs);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"child_runs", child_runs, METH_VARARGS,
+     "child_runs(paths, first) -> [(parent, numbers as native uint32 bytes)]: records first, first + 1, ... with a "
+     "name, a run of neighbours with one parent at a time"},
     {"find_records", find_records, METH_VARARGS,
      "find_records(keys, numbers, wanted) -> per wanted key: the record number with that key (keys ascending, "
      "numbers alongside), a tuple of several, or None"},
