@@ -18,7 +18,7 @@ import threading
 from array import array
 from collections.abc import Iterable
 from itertools import accumulate, count, groupby, islice, repeat
-from operator import ne
+from operator import itemgetter, ne
 
 from scanner.metadata.store import ZNode
 from scanner.native.switch import native_code
@@ -132,7 +132,7 @@ class ZNodeTable:
         numbers = self._children.get("" if path == "/" else path)
         if numbers is None or self._fd is None:
             return []
-        return sorted({path.rpartition("/")[2] for path in self._read(numbers, paths_only=True)})
+        return sorted(set(map(_NAME, map(str.rpartition, self._read(numbers, paths_only=True), repeat("/")))))
 
     def close(self) -> None:
         with self._lock:
@@ -213,6 +213,9 @@ def _keys(paths: Iterable[str]) -> bytes:
     """The keys of ``paths`` (as :func:`_key` gives them) as the bytes of an ``array('Q')``, made in C-speed steps: a
     hash's two's complement is its key."""
     return array("q", map(_hash, paths)).tobytes()
+
+
+_NAME = itemgetter(2)  # a path's name, of its rpartition("/")
 
 
 def _parent(numbered: tuple[tuple[str, str, str], int]) -> str:
