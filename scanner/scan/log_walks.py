@@ -121,6 +121,8 @@ class LogWalks:
 
     def _note_ledgers_seen(self, state: _LogWalk) -> None:
         """The logs that hold records of deleted ledgers (orphans) and of ledgers the index lacks."""
+        if not self._absent and not self._unindexed:
+            return  # (none met so far: the walk's ledgers are not asked for)
         entry_log_id = state.log_file.entry_log_id
         misread = {f.found_ledger_id for f in state.walk.index_faults if f.found_ledger_id is not None}
         seen = state.walk.stats.ledgers_seen  # (a log of a busy bookie holds a little of very many ledgers: only

@@ -97,7 +97,7 @@ class NativeWalk:
         finally:  # also when the consumer stops early: the counters and faults stay true
             self._take_faults()
             self._sync_counts()
-            self.stats.ledger_bytes = core.ledger_bytes()
+            self.stats.tallied_by(core.ledger_bytes)
             last = core.last_record()
             self.last_record = None if last is None else WalkedRecord(*last)
             self.stats.bytes_scanned = max(self.stats.bytes_scanned, pos - first)
