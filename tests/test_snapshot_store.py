@@ -319,7 +319,7 @@ def test_children_are_noted_natively_as_the_reference_notes_them():
 
     from corpus import reference_walker
     from scanner.metadata.znode_table import ZNodeTable
-    from scanner.native.switch import native_code
+    from scanner.native import _native
 
     def noted(paths: list[str], first: int) -> dict:
         table = ZNodeTable.__new__(ZNodeTable)  # only its children's index, filled from scratch
@@ -339,9 +339,9 @@ def test_children_are_noted_natively_as_the_reference_notes_them():
         assert noted(batch, first) == expected
 
     agree()
-    assert native_code().child_runs(["/a/b", "/a/c", "/d/e", "/a/f", "/", "/a/"], 7) == [
+    assert _native.child_runs(["/a/b", "/a/c", "/d/e", "/a/f", "/", "/a/"], 7) == [
         ("/a", array("I", [7, 8]).tobytes()), ("/d", array("I", [9]).tobytes()), ("/a", array("I", [10]).tobytes())]
     with pytest.raises(ValueError):
-        native_code().child_runs(["/a", "/b"], 2**32 - 1)
+        _native.child_runs(["/a", "/b"], 2**32 - 1)
     with pytest.raises(TypeError):
-        native_code().child_runs(["/a", b"/b"], 0)
+        _native.child_runs(["/a", b"/b"], 0)
