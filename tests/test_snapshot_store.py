@@ -345,3 +345,12 @@ def test_children_are_noted_natively_as_the_reference_notes_them():
         _native.child_runs(["/a", "/b"], 2**32 - 1)
     with pytest.raises(TypeError):
         _native.child_runs(["/a", b"/b"], 0)
+
+
+def test_the_native_record_parser_refuses_fields_it_does_not_give():
+    from scanner.native import _native
+
+    assert _native.parse_records(b"", [], 2) == []
+    for fields in (-1, 3):
+        with pytest.raises(ValueError):
+            _native.parse_records(b"", [], fields)

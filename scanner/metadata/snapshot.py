@@ -63,6 +63,8 @@ class SnapshotStore(MetadataStore):
         """The znode bytes of each of ``ledger_ids`` as :meth:`ledger_nodes` reads them, with no znode object: None
         where there is no znode, or one without data (a pass's index step decodes these lean, a batch at a time)."""
         paths = self.ledger_paths(ledger_ids)
+        if None not in paths:  # every id one the manager can hold (the common case)
+            return self._table.data_of(paths)
         found = iter(self._table.data_of([path for path in paths if path is not None]))
         return [None if path is None else next(found) for path in paths]
 

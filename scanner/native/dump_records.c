@@ -75,9 +75,11 @@ static uint64_t little_endian(const uint8_t *at, int width) {
     return value;
 }
 
-/* One record at span[at:] as (path, data or None, ephemeral, mzxid, version, ctime or None), or its path alone;
- * NULL with ValueError when it does not fit in the span. */
-static PyObject *parse_record(const uint8_t *span, Py_ssize_t size, Py_ssize_t at, int path_only) {
+enum fields { WHOLE = 0, PATH = 1, PATH_AND_DATA = 2 }; /* what parse_records gives of each record */
+
+/* One record at span[at:] as (path, data or None, ephemeral, mzxid, version, ctime or None), its path alone, or
+ * (path, data or None), as `fields` says; NULL with ValueError when it does not fit in the span. */
+static PyObject *parse_record(const uint8_t *span, Py_ssize_t size, Py_ssize_t at, int fields) {
     if (at < 0 || at > size || size - at < RECORD_HEADER) {
         PyErr_SetString(PyExc_ValueError, "a znode record runs past what was read");
         return NULL;
@@ -92,7 +94,7 @@ static PyObject *parse_record(const uint8_t *span, Py_ssize_t size, Py_ssize_t a
     }
     const uint8_t *path = header + RECORD_HEADER;
     PyObject *path_text = PyUnicode_DecodeUTF8((const char *)path, (Py_ssize_t)path_length, "surrogatepass");
-    if (path_text == NULL || path_only)
+    if (path_text == NULL || fields == PATH)
         return path_text;
     PyObject *data = data_length < 0 ? Py_NewRef(Py_None)
                                      : PyBytes_FromStringAndSize((const char *)path + path_length, data_length);
@@ -100,6 +102,8 @@ static PyObject *parse_record(const uint8_t *span, Py_ssize_t size, Py_ssize_t a
         Py_DECREF(path_text);
         return NULL;
     }
+    if (fields == PATH_AND_DATA)
+        return Py_BuildValue("(NN)", path_text, data);
     PyObject *ctime = header[25] ? PyLong_FromLongLong((int64_t)little_endian(header + 26, 8)) : Py_NewRef(Py_None);
     if (ctime == NULL) {
         Py_DECREF(path_text);
@@ -111,19 +115,25 @@ static PyObject *parse_record(const uint8_t *span, Py_ssize_t size, Py_ssize_t a
                          ctime);
 }
 
-/* parse_records(span, offsets, paths_only) -> list of (path, data or None, ephemeral, mzxid, version, ctime or
- * None), or of paths, one per offset into span; ValueError for a record that does not fit. */
+/* parse_records(span, offsets, fields) -> list of (path, data or None, ephemeral, mzxid, version, ctime or None)
+ * (fields 0), of paths (1), or of (path, data or None) (2), one per offset into span; ValueError for a record that
+ * does not fit, or other fields. */
 static PyObject *parse_records(PyObject *self, PyObject *args) {
     Py_buffer span;
     PyObject *offsets;
-    int paths_only;
-    if (!PyArg_ParseTuple(args, "y*O!p", &span, &PyList_Type, &offsets, &paths_only))
+    int fields;
+    if (!PyArg_ParseTuple(args, "y*O!i", &span, &PyList_Type, &offsets, &fields))
         return NULL;
+    if (fields != WHOLE && fields != PATH && fields != PATH_AND_DATA) {
+        PyBuffer_Release(&span);
+        PyErr_SetString(PyExc_ValueError, "fields: 0 (whole), 1 (path) or 2 (path and data)");
+        return NULL;
+    }
     Py_ssize_t count = PyList_GET_SIZE(offsets);
     PyObject *result = PyList_New(count);
     for (Py_ssize_t i = 0; result != NULL && i < count; i++) {
         Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i));
-        PyObject *record = at == -1 && PyErr_Occurred() ? NULL : parse_record(span.buf, span.len, at, paths_only);
+        PyObject *record = at == -1 && PyErr_Occurred() ? NULL : parse_record(span.buf, span.len, at, fields);
         if (record == NULL)
             Py_CLEAR(result);
         else
@@ -399,8 +409,8 @@ static PyMethodDef methods[] = {
      "find_records(keys, numbers, wanted) -> per wanted key: the record number with that key (keys ascending, "
      "numbers alongside), a tuple of several, or None"},
     {"parse_records", parse_records, METH_VARARGS,
-     "parse_records(span, offsets, paths_only) -> [(path, data or None, ephemeral, mzxid, version, ctime or None)] "
-     "or [path]: the dump store's scratch records at each offset of span"},
+     "parse_records(span, offsets, fields) -> [(path, data or None, ephemeral, mzxid, version, ctime or None)] "
+     "(fields 0), [path] (1) or [(path, data or None)] (2): the dump store's scratch records at each offset of span"},
     {"pack_znodes", pack_znodes, METH_VARARGS,
      "pack_znodes(items, start) -> (records, paths, lengths, taken): dump items from start packed as the dump "
      "store's records, up to the first not of the common form"},
