@@ -92,13 +92,21 @@ def _guess_root(layout_paths: list[str]) -> str:
 
 def _read_dump(path: Path) -> Iterator[RecordRun]:
     """The dump's znodes as runs of the table's records: those of the common form packed natively where the scan's
-    native code runs, each other item checked (and its error worded) by :func:`_znode`, the Python reference."""
+    native code runs (whole lines in the form `metadata dump` writes straight from their text, with no JSON objects
+    made), each other item checked (and its error worded) by :func:`_znode`, the Python reference."""
     native = native_code()
     pack = None if native is None else native.pack_znodes
     try:
         with path.open(encoding="utf-8-sig") as f:
             dump, i = str(path), 0
-            for items in json_list_batches(f):
+            for items in json_list_batches(f, None if native is None else native.pack_dump_lines):
+                if type(items) is tuple:  # whole lines of the form `metadata dump` writes, packed from their text
+                    records, paths, raw_lengths = items
+                    lengths = array("I")
+                    lengths.frombytes(raw_lengths)
+                    yield records, paths, lengths
+                    i += len(paths)
+                    continue
                 done = 0
                 while done < len(items):
                     if pack is not None:
