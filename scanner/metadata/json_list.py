@@ -112,6 +112,8 @@ class _ListReader:
 
     def _value(self) -> object:
         self._peek()
+        if self._by_lines and self._text.find("\n", self._pos) < 0 and len(self._text) - self._pos < READ_CHUNK:
+            self._read_more()  # an item a line with no line end yet is cut by the read: read on before a decode fails
         while True:
             try:
                 value, end = _DECODER.raw_decode(self._text, self._pos)
