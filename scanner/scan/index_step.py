@@ -189,6 +189,8 @@ class IndexStep:
         step each for their table rows, their locations and their count."""
         if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
             plain = [False] * len(batch)  # each ledger's locations go through _into_own_logs
+        elif self.dir_index is None:  # every ledger this pass's own
+            plain = [lean is not None and lean[2] for lean in leans]
         else:
             plain = [lean is not None and (lean[2] or not self.owns_ledger(ledger_id))
                      for (ledger_id, _, _), lean in zip(batch, leans)]
