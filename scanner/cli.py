@@ -10,7 +10,7 @@ import traceback
 from typing import NoReturn
 
 from scanner.errors import UsageError
-from scanner.scan import allocator
+from scanner.scan import allocator, collector
 
 # Each module defines ``register(subparsers)``, which adds its parser and sets ``func`` (args -> exit code).
 # Modules import their heavy dependencies (kazoo, pyspark, rocksdict) inside ``func``, so --help stays fast.
@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     allocator.give_back_freed_buffers()
+    collector.collect_rarely()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -32,11 +32,16 @@ def native(ledger_id: int, data, bookie_id: str, entry_ids):
 
 def agrees(ledger_id: int, data, bookie_id: str, entry_ids) -> bool:
     """Whether the native form gave the reference's answer (True) or left the ledger to it (False); its placement
-    answer too, which it gives from the same decode."""
+    answer too, which it gives from the same decode, and where the ledger is placed, the answer from that decode
+    kept (the `.idx` index step's), which must be the same."""
+    code = switch.native_code()
     found = native(ledger_id, data, bookie_id, entry_ids)
-    placed = switch.native_code().placed_batch([data], bookie_id.encode())[0]
+    placed = code.placed_batch([data], bookie_id.encode())[0]
     if placed is not None:
-        assert placed == placed_reference(ledger_id, data, bookie_id)
+        assert bool(placed) == placed_reference(ledger_id, data, bookie_id)
+        assert placed is False or type(placed) is bytes
+        if placed:
+            assert code.lean_placed_batch([ledger_id], [placed], [entry_ids]) == [found]
     if found is None:
         return False
     assert placed is not None
@@ -107,10 +112,46 @@ def test_a_ledger_is_placed_on_a_bookie_that_any_of_its_ensembles_has():
     ids, data = [7, 8, 9, 10], [v3, v2, b"damaged", None]
     for bookie_id, placed in ((BOOKIES[0], True), (BOOKIES[3], True), (BOOKIES[4], False)):
         expected = [placed, placed, None, None]  # (None: the ledger is decoded whole, which words the error)
-        assert placed_ledgers(ids, data, bookie_id) == expected
+        # (the native form keeps the decode of a placed ledger, truthy, where the reference says True)
+        assert [None if p is None else bool(p) for p in placed_ledgers(ids, data, bookie_id)] == expected
         with reference_walker():
             assert placed_ledgers(ids, data, bookie_id) == expected
-        assert switch.native_code().placed_batch(data, bookie_id.encode()) == [placed, None, None, None]
+        native_placed = switch.native_code().placed_batch(data, bookie_id.encode())
+        assert [None if p is None else bool(p) for p in native_placed] == [placed, None, None, None]
+
+
+def test_the_lean_answer_from_a_kept_decode_is_the_answer_from_the_bytes():
+    meta = LedgerMetadata(7, 3, 3, 2, 2, LedgerState.CLOSED, 9, 100,
+                          ((0, tuple(BOOKIES[:3])), (5, (BOOKIES[3], *BOOKIES[1:3]))), DigestType.CRC32C, b"pw", None,
+                          (), None)
+    v3, v2 = serialize_ledger_metadata(meta, 3), serialize_ledger_metadata(meta, 2)
+    owed = array("Q", owed_entries(meta, BOOKIES[1]))
+    ids, data = [7, 8, 9, 10, 11], [v3, v2, b"damaged", None, v3]
+    placements = placed_ledgers(ids, data, BOOKIES[1])
+    assert type(placements[0]) is bytes and placements[1] is True  # (version 2: the reference placed it)
+    entry_ids = [owed, owed, owed, owed, owed[1:]]
+    expected = [(3, b"pw", True), (3, b"pw", True), None, None, (3, b"pw", False)]
+    assert lean_ledgers(ids, data, BOOKIES[1], entry_ids, placements) == expected
+    assert lean_ledgers(ids, data, BOOKIES[1], entry_ids) == expected
+    with reference_walker():
+        assert lean_ledgers(ids, data, BOOKIES[1], entry_ids, placed_ledgers(ids, data, BOOKIES[1])) == expected
+
+
+def test_a_kept_decode_that_is_not_of_its_form_is_left_to_the_reference():
+    code = switch.native_code()
+    meta = LedgerMetadata(7, 3, 3, 2, 2, LedgerState.CLOSED, 9, 100, ((0, tuple(BOOKIES[:3])),), DigestType.CRC32C,
+                          b"pw", None, (), None)
+    kept = code.placed_batch([serialize_ledger_metadata(meta, 3)], BOOKIES[0].encode())[0]
+    owed = array("Q", owed_entries(meta, BOOKIES[0]))
+    assert code.lean_placed_batch([7], [kept], [owed]) == [(3, b"pw", True)]
+    for damaged in (kept[:-1], kept + b"x", kept[:20], b"", True, None, "text"):
+        assert code.lean_placed_batch([7], [damaged], [owed]) == [None]
+    segments_beyond = bytearray(kept)
+    segments_beyond[56:64] = (1 << 40).to_bytes(8, "little")  # the head's count of segments
+    assert code.lean_placed_batch([7], [bytes(segments_beyond)], [owed]) == [None]
+    assert code.lean_placed_batch([-1, 2**64], [kept, kept], [owed, owed]) == [None, None]  # not a ledger id
+    assert code.lean_placed_batch([7], [kept], [None]) == [None]
+    assert code.lean_placed_batch([7], [kept], [list(owed)]) == [None]  # not an array('Q'): left to the reference
 
 
 @st.composite

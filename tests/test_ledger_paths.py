@@ -172,3 +172,61 @@ def test_the_corpus_has_ledgers_under_both_schemes():
     found = list(store.ledger_ids())
     assert 123456789 in found and 4294967311 in found
     assert found.index(123456789) < found.index(4294967311)  # the 2-4-4 tree is walked first
+
+
+def test_the_native_short_paths_are_the_reference_paths():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from corpus import reference_walker
+    from scanner.native import _native as native
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.integers(0, 2147483646), max_size=50), st.sampled_from(["/ledgers", "", "/a/b-c_d", "/lé"]))
+    def agree(batch, root):
+        with reference_walker():
+            expected = ledger_paths(LedgerManager.HIERARCHICAL, root, batch)
+        assert expected == [root + ledger_path(LedgerManager.HIERARCHICAL, "", i) for i in batch]
+        assert ledger_paths(LedgerManager.HIERARCHICAL, root, batch) == expected
+        assert ledger_paths(LedgerManager.LEGACY_HIERARCHICAL, root, batch) == expected
+        if root.isascii():
+            assert native.short_ledger_paths(root, batch) == expected
+
+    agree()
+    for outside in ([2147483647], [-1], [2**63], [2**64], [1, 2**70]):
+        with pytest.raises(ValueError):
+            native.short_ledger_paths("/ledgers", outside)
+    with pytest.raises(ValueError):
+        native.short_ledger_paths("/lé", [1])
+    with pytest.raises(TypeError):
+        native.short_ledger_paths("/ledgers", [1.5])
+
+
+def test_a_parents_leaves_give_their_ids_whichever_way_they_are_read():
+    # A listing of leaves alone, all of one width, is read in C-speed steps; any other name by name: both give each
+    # leaf's id, ascending, and pass over what is not a leaf.
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from scanner.metadata.ledger_paths import _FLAT_TREE, _LEGACY_TREE, _LONG_TREE, _leaf_ids
+
+    def by_name(tree, prefix: str, names: list[str]) -> list[int]:
+        leaves = sorted((name for name in names if tree.leaf.fullmatch(name)), key=lambda name: (len(name), name))
+        return [int(prefix + name[1:]) for name in leaves]
+
+    leaf = st.integers(0, 9999).map(lambda i: f"L{i:04d}")
+    other = st.sampled_from(["L12", "L123456", "Lx234", "l1234", "L１２３４", "L12345", "12345", "available"])
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(leaf, unique=True, max_size=40), st.lists(other, unique=True, max_size=3),
+           st.sampled_from([(_LEGACY_TREE, "/ledgers/00/0012", "000012"), (_LONG_TREE, "/ledgers/000/0000/0001/0002",
+                                                                           "000000000010002")]))
+    def agree(leaves, others, where):
+        tree, parent, prefix = where
+        for names in (leaves, sorted(leaves + others)):
+            assert _leaf_ids(tree, "/ledgers", parent, names) == by_name(tree, prefix, names)
+
+    agree()
+    flat = ["L0000000001", "L0000000010", "L00000000099", "LAYOUT", "INSTANCEID"]
+    assert _leaf_ids(_FLAT_TREE, "/ledgers", "/ledgers", flat) == [1, 10, 99]
+    assert _leaf_ids(_FLAT_TREE, "/ledgers", "/ledgers", flat[:2]) == [1, 10]

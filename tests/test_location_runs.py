@@ -130,3 +130,22 @@ def test_ledgers_added_together_make_the_runs_added_one_at_a_time(tmp_path, run_
     assert expected[0] == sum(len(entries) for _, entries, _ in ledgers)
     assert len(expected[1]) > (1 if run_entries < 1000 else 0)
     assert runs_of(together) == expected
+
+
+def test_the_ledger_column_made_natively_is_the_reference_column():
+    from scanner.native import _native
+
+    rng = random.Random(5)
+    for _ in range(50):
+        ids = [rng.choice([0, 1, 7, 2**63, 2**64 - 1, rng.randrange(2**64)]) for _ in range(rng.randrange(0, 20))]
+        columns = [array("Q", range(rng.choice([0, 1, 3, 10]))) for _ in ids]
+        assert location_runs._repeated_ids(_native, ids, columns) == location_runs._repeated_ids(None, ids, columns)
+    assert _native.repeated_ids([], []) == b""
+    with pytest.raises(ValueError):
+        _native.repeated_ids([1, 2], [array("Q", [1])])
+    with pytest.raises(OverflowError):
+        _native.repeated_ids([-1], [array("Q", [1])])
+    with pytest.raises(OverflowError):
+        _native.repeated_ids([2**64], [array("Q", [1])])
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        _native.repeated_ids([1], [array("I", [1])])

@@ -239,3 +239,65 @@ def test_the_walker_learns_the_pass_table_without_the_gil_under_pythons_debug_al
                           env={**os.environ, "PYTHONMALLOC": "debug"}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["0", str(ledgers), "0"]
+
+
+def walked_log(tmp_path, records: list[tuple[int, int]]):
+    """A log of ``records`` ((ledger, entry), CRC32C, 20-byte payloads) with no map, walked whole by both walkers."""
+    from scanner.sample.bookie_writer import EntryLogWriter
+
+    writer = EntryLogWriter(tmp_path, 1)
+    for ledger_id, entry_id in records:
+        writer.append(ledger_id, build_entry(ledger_id, entry_id, -1, 0, b"x" * 20, DigestType.CRC32C))
+    writer.close(with_ledgers_map=False)
+    walks = []
+    for walk_class in (NativeWalk, PythonWalk):
+        entry_log = EntryLog(writer.path, 1)
+        walk = walk_class(entry_log, lambda ledger: DigestVerifier(DigestType.CRC32C, b""))
+        for _ in walk.failures():
+            pass
+        entry_log.close()
+        walks.append(walk)
+    return walks
+
+
+@settings(max_examples=150, deadline=None)
+@given(records=st.lists(st.tuples(st.sampled_from([0, 1, 5, 2**40, 2**63 - 1]), st.integers(0, 9)), max_size=30),
+       change=st.sampled_from(["none", "bytes", "drop", "add", "twice", "negative ledger", "zero bytes", "cut",
+                               "split"]),
+       which=st.integers(0, 100))
+def test_the_native_ledgers_map_confirmation_is_the_reference_comparison(tmp_path_factory, records, change, which):
+    from scanner.scan.record_walk_types import map_agrees
+
+    native_walk, python_walk = walked_log(tmp_path_factory.mktemp("log"), records)
+    seen = sorted(python_walk.stats.ledger_bytes.items())
+    assert sorted(native_walk.stats.ledger_bytes.items()) == seen
+    items = list(seen)
+    k = which % len(items) if items else 0
+    if change == "bytes" and items:
+        items[k] = (items[k][0], items[k][1] + 1)
+    elif change == "drop" and items:
+        del items[k]
+    elif change == "add":
+        items.append((12345, 28))
+    elif change == "twice" and items:
+        items.append(items[k])
+    elif change == "negative ledger":
+        items.append((-1, 28))
+    elif change == "zero bytes":
+        items.append((777, 0))
+    elif change == "split" and items:  # one ledger's bytes listed in two items that sum to them
+        ledger_id, ledger_bytes = items[k]
+        items[k:k + 1] = [(ledger_id, ledger_bytes - 10), (ledger_id, 10)]
+    data = struct.pack(f">{2 * len(items)}q", *(v for item in items for v in item))
+    if change == "cut":
+        data += b"\0"  # a stray byte: not a whole number of items
+    for walk in (native_walk, python_walk):
+        if change == "cut":  # not a map's items: only the C walker's confirmation meets such bytes
+            assert walk is python_walk or not walk._core.agrees_with_map(data)
+            continue
+        assert walk.agrees_with_map(data) == map_agrees(data, python_walk.stats)
+    if change != "cut":
+        confirmed = native_walk._core.agrees_with_map(data)
+        assert not confirmed or map_agrees(data, python_walk.stats)  # never confirms what the reference denies
+        assert confirmed == (change == "none" or (change in ("bytes", "drop", "twice", "split") and not seen))
+        assert native_walk._core.agrees_with_map(data) == confirmed  # the call's marks are cleared after it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from array import array
 import io
 import json
 import os
@@ -310,3 +311,94 @@ def test_records_read_in_spans_of_any_length_are_the_same_records(tmp_path, monk
         monkeypatch.setattr(znode_table, "_SPAN_LIMIT", span_limit)
         assert (store.nodes(paths), [store.children(path) for path in paths], store.ledger_data(scattered)) == expected
     assert expected[0] == nodes and len(ledger_ids) == 299
+
+
+def test_children_are_noted_natively_as_the_reference_notes_them():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from corpus import reference_walker
+    from scanner.metadata.znode_table import ZNodeTable
+    from scanner.native import _native
+
+    def noted(paths: list[str], first: int) -> dict:
+        table = ZNodeTable.__new__(ZNodeTable)  # only its children's index, filled from scratch
+        table._children = {}
+        table._note_children(paths, first)
+        return {parent: list(numbers) for parent, numbers in table._children.items()}
+
+    names = st.sampled_from(["", "a", "L0001", "é", "ledgers", "x\U0001F600", "LAYOUT"])
+    paths = st.lists(names, max_size=4).map("/".join) | st.lists(names, min_size=1, max_size=4).map(
+        lambda parts: "/" + "/".join(parts))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(paths, max_size=30), st.integers(0, 2**32 - 31))
+    def agree(batch, first):
+        with reference_walker():
+            expected = noted(batch, first)
+        assert noted(batch, first) == expected
+
+    agree()
+    assert _native.child_runs(["/a/b", "/a/c", "/d/e", "/a/f", "/", "/a/"], 7) == [
+        ("/a", array("I", [7, 8]).tobytes()), ("/d", array("I", [9]).tobytes()), ("/a", array("I", [10]).tobytes())]
+    with pytest.raises(ValueError):
+        _native.child_runs(["/a", "/b"], 2**32 - 1)
+    with pytest.raises(TypeError):
+        _native.child_runs(["/a", b"/b"], 0)
+
+
+def test_the_native_record_parser_refuses_fields_it_does_not_give():
+    from scanner.native import _native
+
+    assert _native.parse_records(b"", [], 2) == []
+    for fields in (-1, 3):
+        with pytest.raises(ValueError):
+            _native.parse_records(b"", [], fields)
+
+
+def test_whole_lines_packed_from_their_text_are_what_json_and_the_item_packer_make_of_them():
+    # The native packer of a dump's whole lines takes only the form `metadata dump` writes and gives exactly what the
+    # items decoded by json and packed item by item give; any other text (a change anywhere) it leaves to them.
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from scanner.native import _native
+
+    def reference(text: str):
+        try:
+            items = json.loads("[" + text + "]")
+        except json.JSONDecodeError:
+            return None
+        records, paths, lengths, taken = _native.pack_znodes(items, 0)
+        return (records, paths, lengths) if taken == len(items) and items else None
+
+    int64 = st.integers(-(2**63), 2**63 - 1)
+    nodes = st.builds(ZNode, st.text(st.characters(min_codepoint=32, max_codepoint=130), max_size=12).map(
+        lambda name: "/" + name), st.none() | st.binary(max_size=20), st.booleans(), int64, int64, st.none() | int64)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(nodes, min_size=1, max_size=6), st.integers(0, 10**6), st.sampled_from(
+        ["", "x", " ", "\\n", ",", "0", "1.5", "e5", "-", '"', "\\\\", "null", "true", "{", "}", "é"]))
+    def agree(batch, where, change):
+        out = io.StringIO()
+        write_dump_nodes(batch, out)
+        text = out.getvalue()[2:-3]  # the items and commas, between "[\n" and "\n]\n"
+        packed = _native.pack_dump_lines(text)
+        if all(node.path.isascii() and not set(node.path) & {'"', "\\", "\x7f"} for node in batch):
+            assert packed is not None
+        if packed is not None:
+            assert packed == reference(text)
+        at = where % (len(text) + 1)
+        changed = text[:at] + change + text[at:]
+        packed = _native.pack_dump_lines(changed)
+        if packed is not None:
+            assert packed == reference(changed)
+
+    agree()
+    line = '{"path": "/a", "data_b64": "QUJD", "ephemeral": false, "mzxid": 1, "version": 0, "ctime": null}'
+    assert _native.pack_dump_lines(" " + line + ",\n\t" + line + " ")[1] == ["/a", "/a"]
+    for other in ("", line + ",", line.replace("1,", "01,"), line.replace('"QUJD"', '"QUJ"'), line.replace("1,", "1.0,"),
+                  line.replace("1,", "9223372036854775808,"), line.replace("false", "0"), "[" + line + "]",
+                  line.replace('"/a"', '"a"'), line.replace(": ", ":")):
+        assert _native.pack_dump_lines(other) is None, other
+    assert _native.pack_dump_lines(line.replace("1,", "-9223372036854775808,")) is not None

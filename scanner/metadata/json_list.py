@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
@@ -41,14 +41,19 @@ def json_list_items(stream: TextIO) -> Iterator[object]:
     return (item for items in json_list_batches(stream) for item in items)
 
 
-def json_list_batches(stream: TextIO) -> Iterator[list]:
-    """The items of :func:`json_list_items` in lists of one or more (as many as one read decodes at once)."""
-    return _ListReader(stream).batches()
+def json_list_batches(stream: TextIO, whole_lines: Callable[[str], object] | None = None) -> Iterator[list | object]:
+    """The items of :func:`json_list_items` in lists of one or more (as many as one read decodes at once).
+
+    ``whole_lines(text)``, where given, is offered the text of each run of whole lines first (items and commas, an
+    item a line, the last comma left out): what it makes of them (anything but None, and not a list) is given in place
+    of their list of items; None: they are decoded here as ever."""
+    return _ListReader(stream, whole_lines).batches()
 
 
 class _ListReader:
-    def __init__(self, stream: TextIO):
+    def __init__(self, stream: TextIO, whole_lines: Callable[[str], object] | None = None):
         self._stream = stream
+        self._made_of_lines = whole_lines
         self._text = ""
         self._pos = 0
         self._dropped = 0  # characters before self._text, for error positions
@@ -84,7 +89,7 @@ class _ListReader:
             if not self._read_more():
                 return ""
 
-    def _whole_lines(self) -> list:
+    def _whole_lines(self) -> list | object:
         """The items up to the last comma that ends a line in what is read, decoded at once (the comma consumed), when
         what is before that comma is items and commas alone (a list written an item a line); else none, and the items
         are read one at a time from here on. A JSON string never holds a line end: an item cut there does not decode.
@@ -94,6 +99,9 @@ class _ListReader:
         end = self._text.rfind(",\n", self._pos)
         if end < 0 or not self._text[self._pos:end].strip():
             return []
+        if self._made_of_lines is not None and (made := self._made_of_lines(self._text[self._pos:end])) is not None:
+            self._pos = end + 1
+            return made
         try:
             items = json.loads("[" + self._text[self._pos:end] + "]")
         except json.JSONDecodeError:
@@ -104,6 +112,8 @@ class _ListReader:
 
     def _value(self) -> object:
         self._peek()
+        if self._by_lines and self._text.find("\n", self._pos) < 0 and len(self._text) - self._pos < READ_CHUNK:
+            self._read_more()  # an item a line with no line end yet is cut by the read: read on before a decode fails
         while True:
             try:
                 value, end = _DECODER.raw_decode(self._text, self._pos)

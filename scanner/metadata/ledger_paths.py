@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import enum
 import logging
+import operator
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from scanner.metadata.ledger import MAX_LEDGER_ID
+from scanner.native.switch import native_code
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +144,14 @@ def ledger_path(manager: LedgerManager, root: str, ledger_id: int) -> str:
 
 def ledger_paths(manager: LedgerManager, root: str, ledger_ids: Sequence[int]) -> list[str | None]:
     """The znode path of each of ``ledger_ids`` as :func:`ledger_path` gives it; None for an id the manager cannot
-    hold. A batch of ids in the hierarchical managers' short range (most clusters' every id) is named in one step."""
+    hold. A batch of ids in the hierarchical managers' short range (most clusters' every id) is named in one step, by
+    the native code when it runs (:mod:`scanner.native.switch`; :func:`_short_path` is the reference) and the root is
+    ASCII."""
     if (ledger_ids and manager in (LedgerManager.HIERARCHICAL, LedgerManager.LEGACY_HIERARCHICAL)
             and 0 <= min(ledger_ids) and max(ledger_ids) < INT_MAX):
+        native = native_code()
+        if native is not None and root.isascii() and type(ledger_ids) is list:
+            return native.short_ledger_paths(root, ledger_ids)
         return [root + path for path in map(_short_path, ledger_ids)]
     paths = []
     for ledger_id in ledger_ids:
@@ -157,17 +164,24 @@ def ledger_paths(manager: LedgerManager, root: str, ledger_ids: Sequence[int]) -
 
 @dataclass(frozen=True, slots=True)
 class _Tree:
-    """Name patterns of the intermediate levels and of the leaves of one path scheme."""
+    """Name patterns of the intermediate levels and of the leaves of one path scheme; ``leaves``: of several leaf
+    names joined by "/" (which no name holds)."""
 
     levels: tuple[re.Pattern[str], ...]
     leaf: re.Pattern[str]
+    leaves: re.Pattern[str]
 
 
-_LEAF = re.compile(r"L[0-9]{4}")
-_LEGACY_TREE = _Tree((re.compile(r"[0-9]{2}"), re.compile(r"[0-9]{4}")), _LEAF)
-_LONG_TREE = _Tree((re.compile(r"[0-9]{3}"),) + (re.compile(r"[0-9]{4}"),) * 3, _LEAF)
+def _tree(levels: tuple[str, ...], leaf: str) -> _Tree:
+    return _Tree(tuple(map(re.compile, levels)), re.compile(leaf), re.compile(f"{leaf}(?:/{leaf})*"))
+
+
+_LEAF = r"L[0-9]{4}"
+_LEGACY_TREE = _tree((r"[0-9]{2}", r"[0-9]{4}"), _LEAF)
+_LONG_TREE = _tree((r"[0-9]{3}",) + (r"[0-9]{4}",) * 3, _LEAF)
 # Flat ids come from a ZooKeeper sequence (< 2^31-1, 10 digits); longer ones still parse.
-_FLAT_TREE = _Tree((), re.compile(r"L[0-9]{10,19}"))
+_FLAT_TREE = _tree((), r"L[0-9]{10,19}")
+_DIGITS = operator.itemgetter(slice(1, None))  # a leaf's digits, after its "L"
 
 _TREES = {
     LedgerManager.FLAT: (_FLAT_TREE,),
@@ -221,18 +235,24 @@ def _leaf_ids(tree: _Tree, root: str, parent: str, names: Sequence[str]) -> list
     """The ids of the ledger leaves among ``names``, the children of ``parent`` (a level of up to 10^4 at once),
     ascending: each id is the levels' names and the leaf's digits."""
     at_root = parent == root  # flat: the leaves sit beside the root's special znodes
-    leaves = []
-    for name in names:
-        if tree.leaf.fullmatch(name):
-            leaves.append(name)
-        elif not at_root:
-            log.debug("skipping %s/%s: not a ledger znode of this manager", parent, name)
-    # Shorter names first, so ids of different widths (flat) still come out ascending: sorted by name, then (stably)
-    # by length.
-    leaves.sort()
-    leaves.sort(key=len)
     prefix = parent[len(root):].replace("/", "")
-    ids = [int(prefix + name[1:]) for name in leaves]
+    if names and len(set(map(len, names))) == 1 and tree.leaves.fullmatch("/".join(names)):
+        # Every name a leaf, all of one width (a parent's 10^4 ledgers, most often): sorted by name is ascending, each
+        # id the prefix's value shifted by the leaf's digits plus theirs, in C-speed steps
+        base = int(prefix or "0") * 10 ** (len(names[0]) - 1)
+        ids = list(map(base.__add__, map(int, map(_DIGITS, sorted(names)))))
+    else:
+        leaves = []
+        for name in names:
+            if tree.leaf.fullmatch(name):
+                leaves.append(name)
+            elif not at_root:
+                log.debug("skipping %s/%s: not a ledger znode of this manager", parent, name)
+        # Shorter names first, so ids of different widths (flat) still come out ascending: sorted by name, then
+        # (stably) by length.
+        leaves.sort()
+        leaves.sort(key=len)
+        ids = [int(prefix + name[1:]) for name in leaves]
     return ids if not ids or max(ids) <= MAX_LEDGER_ID else [i for i in ids if i <= MAX_LEDGER_ID]
 
 

@@ -18,7 +18,7 @@ import threading
 from array import array
 from collections.abc import Iterable
 from itertools import accumulate, count, groupby, islice, repeat
-from operator import ne
+from operator import itemgetter, ne
 
 from scanner.metadata.store import ZNode
 from scanner.native.switch import native_code
@@ -26,6 +26,7 @@ from scanner.native.switch import native_code
 # path length, data length (-1: no data), ephemeral, mzxid, version, whether ctime is known, ctime
 _HEADER = struct.Struct("<IiBqqBq")
 _NO_DATA = -1
+_WHOLE, _PATH, _PATH_AND_DATA = 0, 1, 2  # what is read of a record: its ZNode's fields, its path, its path and data
 _SPAN_GAP = 1 << 16  # records this close are read in one go with those before them
 # Bytes read at once at most (a record longer than this is read alone), and written at once: under glibc's mmap
 # threshold as the CLI fixes it (see json_list.READ_CHUNK), so the buffers are the heap's, used again.
@@ -86,7 +87,13 @@ class ZNodeTable:
 
     def _note_children(self, paths: list[str], first: int) -> None:
         """Records ``first``, ``first`` + 1, ... (of ``paths``) among their parents' children; a dump lists a parent's
-        children together, so they are noted a parent at a time."""
+        children together, so they are noted a parent at a time (found by the native code when it runs: this loop is
+        the reference)."""
+        native = native_code()
+        if native is not None:
+            for parent, numbers in native.child_runs(paths, first):
+                self._children.setdefault(parent, array("I")).frombytes(numbers)
+            return
         split = map(str.rpartition, paths, repeat("/"))
         for parent, children in groupby(zip(split, count(first)), key=_parent):
             numbers = array("I", [number for (_, _, name), number in children if name])
@@ -102,23 +109,27 @@ class ZNodeTable:
         return [None if fields is None else ZNode(*fields) for fields in map(found.get, paths)]
 
     def data_of(self, paths: list[str]) -> list[bytes | None]:
-        """Each path's data as :meth:`nodes` reads it, with no znode object: None for no znode or no data."""
-        found = {fields[0]: fields[1] for fields in self._records_of(paths)}
-        return [found.get(path) for path in paths]
+        """Each path's data as :meth:`nodes` reads it, with no znode object: None for no znode or no data (found in
+        C-speed steps: only each record's path and data are made)."""
+        return list(map(dict(self._records_of(paths, _PATH_AND_DATA)).get, paths))
 
-    def _records_of(self, paths: list[str]) -> list[tuple]:
-        """The record fields of those of ``paths`` there are (others with the same hashes too)."""
+    def _records_of(self, paths: list[str], fields: int = _WHOLE) -> list:
+        """The records (their ``fields``, as :meth:`_read` gives them) of those of ``paths`` there are (others with the
+        same hashes too)."""
         absolute = [path for path in paths if path.startswith("/")]
         native = native_code()
         if native is None:
-            return self._read({number for path in absolute for number in self._numbers_of(path)})
+            return self._read({number for path in absolute for number in self._numbers_of(path)}, fields)
+        found = native.find_records(self._keys, self._numbers, array("Q", _keys(absolute)))
+        if set(map(type, found)) <= {int}:  # one record a path (the common case: no hash twice, every path there)
+            return self._read(set(found), fields)
         candidates = set()
-        for found in native.find_records(self._keys, self._numbers, array("Q", _keys(absolute))):
-            if type(found) is int:
-                candidates.add(found)
-            elif found is not None:
-                candidates.update(found)
-        return self._read(candidates)
+        for numbers in found:
+            if type(numbers) is int:
+                candidates.add(numbers)
+            elif numbers is not None:
+                candidates.update(numbers)
+        return self._read(candidates, fields)
 
     def children(self, path: str) -> list[str]:
         if not path.startswith("/"):
@@ -126,7 +137,7 @@ class ZNodeTable:
         numbers = self._children.get("" if path == "/" else path)
         if numbers is None or self._fd is None:
             return []
-        return sorted({path.rpartition("/")[2] for path in self._read(numbers, paths_only=True)})
+        return sorted(set(map(_NAME, map(str.rpartition, self._read(numbers, _PATH), repeat("/")))))
 
     def close(self) -> None:
         with self._lock:
@@ -141,9 +152,9 @@ class ZNodeTable:
             j += 1
         return list(self._numbers[i:j])
 
-    def _read(self, numbers, paths_only: bool = False) -> list:
-        """The fields of records ``numbers`` (a ZNode's, in order), or their paths alone, read a span of neighbouring
-        records at a time."""
+    def _read(self, numbers, fields: int = _WHOLE) -> list:
+        """The fields of records ``numbers``: a ZNode's, in order (``_WHOLE``), their paths alone (``_PATH``), or each
+        one's path and data (``_PATH_AND_DATA``); read a span of neighbouring records at a time."""
         found = []
         numbers = sorted(numbers)
         starts = self._starts
@@ -167,9 +178,9 @@ class ZNodeTable:
             offsets = list(map(first.__rsub__, map(starts.__getitem__, numbers[i:j])))
             native = native_code()
             if native is None:
-                found.extend(_record(span, at, paths_only) for at in offsets)
+                found.extend(_record(span, at, fields) for at in offsets)
             else:
-                found.extend(native.parse_records(span, offsets, paths_only))
+                found.extend(native.parse_records(span, offsets, fields))
             i = j
         return found
 
@@ -209,18 +220,23 @@ def _keys(paths: Iterable[str]) -> bytes:
     return array("q", map(_hash, paths)).tobytes()
 
 
+_NAME = itemgetter(2)  # a path's name, of its rpartition("/")
+
+
 def _parent(numbered: tuple[tuple[str, str, str], int]) -> str:
     return numbered[0][0]
 
 
-def _record(span: bytes, at: int, path_only: bool) -> tuple | str:
+def _record(span: bytes, at: int, fields: int) -> tuple | str:
     path_length, data_length, ephemeral, mzxid, version, has_ctime, ctime = _HEADER.unpack_from(span, at)
     at += _HEADER.size
     path = span[at:at + path_length].decode("utf-8", "surrogatepass")
-    if path_only:
+    if fields == _PATH:
         return path
     at += path_length
     data = None if data_length == _NO_DATA else span[at:at + data_length]
+    if fields == _PATH_AND_DATA:
+        return path, data
     return path, data, bool(ephemeral), mzxid, version, ctime if has_ctime else None
 
 

@@ -11,7 +11,9 @@
  * against what is left before use.
  *
  * From the same decode, whether any ensemble of a ledger has this bookie (placed_batch; scanner/scan/lean_metadata.py's
- * placed_reference is the reference): a `.idx` bookie's index files are looked for where the metadata places them.
+ * placed_reference is the reference): a `.idx` bookie's index files are looked for where the metadata places them. A
+ * placed ledger's decode is kept (a few dozen bytes) until its index is read, then answered from (lean_placed_batch):
+ * each znode is decoded once.
  *
  * Also here, the completeness count for a ledger decoded whole (owned_count: scanner/scan/completeness.py is the
  * reference).
@@ -324,21 +326,9 @@ static int decode_lean(PyObject *data, const uint8_t *bookie, Py_ssize_t bookie_
     return 1;
 }
 
-/* One ledger: (digest type number or 0, password or None, complete) or None for the Python reference. */
-static PyObject *lean_ledger(PyObject *ledger_id, PyObject *data, const uint8_t *bookie, Py_ssize_t bookie_length,
-                             PyObject *entry_ids) {
-    if (!PyBytes_Check(data) || entry_ids == Py_None)
-        Py_RETURN_NONE;
-    int overflow;
-    long long id = PyLong_AsLongLongAndOverflow(ledger_id, &overflow);
-    if (id == -1 && PyErr_Occurred())
-        return NULL;
-    if (overflow || id < 0)
-        Py_RETURN_NONE;
-    Lean lean;
-    if (!decode_lean(data, bookie, bookie_length, &lean))
-        Py_RETURN_NONE;
-
+/* The ledger's lean answer from its decode: (digest type number or 0, password or None, complete), or None for the
+ * Python reference (entry ids not a uint64 column, or no 128-bit sums to count with). */
+static PyObject *lean_answer(const Lean *lean, PyObject *entry_ids) {
     Py_buffer view;
     if (uint64_column(entry_ids, &view) < 0) { /* not a uint64 column: the Python reference counts */
         PyErr_Clear();
@@ -346,15 +336,108 @@ static PyObject *lean_ledger(PyObject *ledger_id, PyObject *data, const uint8_t 
     }
     int complete = 0;
 #if COUNTS_COMPLETENESS
-    complete = holds_every_entry(&lean, (const uint64_t *)view.buf, view.len / 8);
+    complete = holds_every_entry(lean, (const uint64_t *)view.buf, view.len / 8);
 #endif
     PyBuffer_Release(&view);
     if (!COUNTS_COMPLETENESS)
         Py_RETURN_NONE;
-    if (!lean.has_password)
+    if (!lean->has_password)
         return Py_BuildValue("(iOO)", 0, Py_None, complete ? Py_True : Py_False);
-    return Py_BuildValue("(iy#O)", (int)lean.digest_type, (const char *)lean.password, lean.password_length,
+    return Py_BuildValue("(iy#O)", (int)lean->digest_type, (const char *)lean->password, lean->password_length,
                          complete ? Py_True : Py_False);
+}
+
+/* Whether the ledger id is one the lean answer is given for (a non-negative 64-bit id); -1 with an error set. */
+static int answerable_id(PyObject *ledger_id) {
+    int overflow;
+    long long id = PyLong_AsLongLongAndOverflow(ledger_id, &overflow);
+    if (id == -1 && PyErr_Occurred())
+        return -1;
+    return !overflow && id >= 0;
+}
+
+/* One ledger: its lean answer, or None for the Python reference. */
+static PyObject *lean_ledger(PyObject *ledger_id, PyObject *data, const uint8_t *bookie, Py_ssize_t bookie_length,
+                             PyObject *entry_ids) {
+    if (!PyBytes_Check(data) || entry_ids == Py_None)
+        Py_RETURN_NONE;
+    int answerable = answerable_id(ledger_id);
+    if (answerable < 0)
+        return NULL;
+    Lean lean;
+    if (!answerable || !decode_lean(data, bookie, bookie_length, &lean))
+        Py_RETURN_NONE;
+    return lean_answer(&lean, entry_ids);
+}
+
+/* A placed ledger's decode, kept for lean_placed_batch as bytes: this head, the segments, the password. Read back
+ * with every length checked all the same. */
+typedef struct {
+    int64_t ensemble_size, write_quorum, state, last_entry_id, digest_type;
+    int64_t has_password, password_length, segment_count;
+} PackedHead;
+
+typedef struct {
+    int64_t first_entry_id, bookie_index;
+} PackedSegment;
+
+static PyObject *packed_lean(const Lean *lean) {
+    Py_ssize_t password_length = lean->has_password ? lean->password_length : 0;
+    Py_ssize_t size = (Py_ssize_t)sizeof(PackedHead) + lean->segment_count * (Py_ssize_t)sizeof(PackedSegment)
+                      + password_length;
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, size);
+    if (packed == NULL)
+        return NULL;
+    char *at = PyBytes_AS_STRING(packed);
+    PackedHead head = {lean->ensemble_size, lean->write_quorum, lean->state, lean->last_entry_id, lean->digest_type,
+                       lean->has_password, password_length, lean->segment_count};
+    memcpy(at, &head, sizeof head);
+    at += sizeof head;
+    for (int i = 0; i < lean->segment_count; i++) {
+        PackedSegment segment = {lean->segments[i].first_entry_id, lean->segments[i].bookie_index};
+        memcpy(at, &segment, sizeof segment);
+        at += sizeof segment;
+    }
+    if (password_length)
+        memcpy(at, lean->password, password_length);
+    return packed;
+}
+
+/* packed_lean's bytes back into *lean (the password pointing into them); 0 for bytes that are not its form. */
+static int unpacked_lean(PyObject *packed, Lean *lean) {
+    if (!PyBytes_Check(packed))
+        return 0;
+    const char *at = PyBytes_AS_STRING(packed);
+    Py_ssize_t size = PyBytes_GET_SIZE(packed);
+    PackedHead head;
+    if (size < (Py_ssize_t)sizeof head)
+        return 0;
+    memcpy(&head, at, sizeof head);
+    if (head.segment_count < 1 || head.segment_count > MAX_SEGMENTS || head.password_length < 0
+        || head.password_length > size || (head.has_password != 0 && head.has_password != 1)
+        || size != (Py_ssize_t)sizeof head + head.segment_count * (Py_ssize_t)sizeof(PackedSegment)
+                       + head.password_length)
+        return 0;
+    memset(lean, 0, sizeof *lean);
+    lean->ensemble_size = head.ensemble_size;
+    lean->write_quorum = head.write_quorum;
+    lean->state = head.state;
+    lean->last_entry_id = head.last_entry_id;
+    lean->digest_type = head.digest_type;
+    lean->has_password = (int)head.has_password;
+    lean->segment_count = (int)head.segment_count;
+    at += sizeof head;
+    for (int i = 0; i < lean->segment_count; i++) {
+        PackedSegment segment;
+        memcpy(&segment, at, sizeof segment);
+        at += sizeof segment;
+        lean->segments[i].first_entry_id = segment.first_entry_id;
+        lean->segments[i].bookie_index = (Py_ssize_t)segment.bookie_index;
+        lean->segments[i].members = (Py_ssize_t)head.ensemble_size;
+    }
+    lean->password = (const uint8_t *)at;
+    lean->password_length = (Py_ssize_t)head.password_length;
+    return 1;
 }
 
 static PyObject *lean_batch(PyObject *self, PyObject *args) {
@@ -385,7 +468,8 @@ static PyObject *lean_batch(PyObject *self, PyObject *args) {
 }
 
 /* placed_batch(znode_data, bookie_id: bytes): for each znode's bytes (None: no znode), whether any ensemble of the
- * ledger has the bookie, or None where the Python reference must decode (no znode, not the common form). */
+ * ledger has the bookie: False, or where it has, the decode kept (packed_lean: lean_placed_batch answers from it, with
+ * no second decode); None where the Python reference must decode (no znode, not the common form). */
 static PyObject *placed_batch(PyObject *self, PyObject *args) {
     PyObject *datas;
     const char *bookie;
@@ -403,10 +487,54 @@ static PyObject *placed_batch(PyObject *self, PyObject *args) {
             placed = Py_False;
             for (int segment = 0; segment < lean.segment_count; segment++)
                 if (lean.segments[segment].bookie_index >= 0)
-                    placed = Py_True;
+                    placed = NULL;
         }
-        Py_INCREF(placed);
+        if (placed == NULL) {
+            placed = packed_lean(&lean);
+            if (placed == NULL) {
+                Py_DECREF(result);
+                return NULL;
+            }
+        } else {
+            Py_INCREF(placed);
+        }
         PyList_SET_ITEM(result, i, placed);
+    }
+    return result;
+}
+
+/* lean_placed_batch(ledger_ids, placed, entry_ids): lean_batch's answers from placed_batch's kept decodes (any other
+ * item of placed: None, for the Python reference), with no second decode of the znodes. */
+static PyObject *lean_placed_batch(PyObject *self, PyObject *args) {
+    PyObject *ledger_ids, *placed, *entry_ids;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &ledger_ids, &PyList_Type, &placed, &PyList_Type, &entry_ids))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ledger_ids);
+    if (PyList_GET_SIZE(placed) != n || PyList_GET_SIZE(entry_ids) != n) {
+        PyErr_SetString(PyExc_ValueError, "ledger ids, placements and entry ids must be lists of one length");
+        return NULL;
+    }
+    PyObject *result = PyList_New(n);
+    if (result == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ids = PyList_GET_ITEM(entry_ids, i), *lean_of = NULL;
+        Lean lean;
+        int answerable = ids == Py_None ? 0 : answerable_id(PyList_GET_ITEM(ledger_ids, i));
+        if (answerable < 0) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        if (answerable && unpacked_lean(PyList_GET_ITEM(placed, i), &lean)) {
+            lean_of = lean_answer(&lean, ids);
+            if (lean_of == NULL) {
+                Py_DECREF(result);
+                return NULL;
+            }
+        } else {
+            lean_of = Py_NewRef(Py_None);
+        }
+        PyList_SET_ITEM(result, i, lean_of);
     }
     return result;
 }
@@ -444,8 +572,11 @@ static PyMethodDef methods[] = {
      "lean_batch(ledger_ids, znode_data, bookie_id: bytes, entry_ids) -> list of (digest type number or 0, password "
      "or None, whether the index holds every entry owed) or None where the Python reference must decode"},
     {"placed_batch", placed_batch, METH_VARARGS,
-     "placed_batch(znode_data, bookie_id: bytes) -> list of whether an ensemble has the bookie, or None where the "
-     "Python reference must decode"},
+     "placed_batch(znode_data, bookie_id: bytes) -> list of False where no ensemble has the bookie, the decode kept "
+     "(bytes, for lean_placed_batch) where one has, or None where the Python reference must decode"},
+    {"lean_placed_batch", lean_placed_batch, METH_VARARGS,
+     "lean_placed_batch(ledger_ids, placed, entry_ids) -> lean_batch's answers from placed_batch's kept decodes, "
+     "None where the Python reference must decode"},
     {"owned_count", native_owned_count, METH_VARARGS,
      "owned_count(entry_ids, low, high, index, size, quorum): entries of [low, high) striped onto ensemble index"},
     {NULL},

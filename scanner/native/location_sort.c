@@ -471,7 +471,58 @@ static PyObject *native_widen(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* repeated_ids(ledger_ids, columns) -> bytes: each ledger id (a uint64) as many times as its column (a uint64 buffer,
+ * its entries) has values, one after the other, as native uint64: the ledger column of several ledgers' locations
+ * (scanner/scan/location_runs.py's chain of repeats is the reference). */
+static PyObject *native_repeated_ids(PyObject *m, PyObject *args) {
+    PyObject *ids, *columns;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &ids, &PyList_Type, &columns))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ids), total = 0;
+    if (PyList_GET_SIZE(columns) != n) {
+        PyErr_SetString(PyExc_ValueError, "ledger ids and columns must be lists of one length");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer view;
+        if (uint64_column(PyList_GET_ITEM(columns, i), &view) < 0)
+            return NULL;
+        total += view.len / 8;
+        PyBuffer_Release(&view);
+    }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, total * 8);
+    if (result == NULL)
+        return NULL;
+    uint64_t *out = (uint64_t *)PyBytes_AS_STRING(result);
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t id = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(ids, i));
+        Py_buffer view;
+        if ((id == (uint64_t)-1 && PyErr_Occurred()) || uint64_column(PyList_GET_ITEM(columns, i), &view) < 0) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        Py_ssize_t count = view.len / 8;
+        PyBuffer_Release(&view);
+        if (count > total - at) { /* a column grown since it was counted */
+            Py_DECREF(result);
+            PyErr_SetString(PyExc_ValueError, "a column changed length while its ledger ids were made");
+            return NULL;
+        }
+        for (Py_ssize_t k = 0; k < count; k++)
+            out[at++] = id;
+    }
+    if (at != total) {
+        Py_DECREF(result);
+        PyErr_SetString(PyExc_ValueError, "a column changed length while its ledger ids were made");
+        return NULL;
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"repeated_ids", native_repeated_ids, METH_VARARGS,
+     "repeated_ids(ledger_ids, columns) -> bytes: each id as many times as its column has values, as native uint64"},
     {"sort_by_location", native_sort_by_location, METH_VARARGS,
      "sort_by_location(locations, ledgers, entries, positions=None, coarse=0): sorted by location >> coarse, "
      "stably, in place; positions filled with the sorted locations' low 32 bits"},

@@ -8,7 +8,7 @@
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_native", "The scanner's native code: digests, the record walker, the index's files and "
-    "locations, the lean metadata decode and the dump store's records.", -1, NULL,
+    "locations, the lean metadata decode, the dump store's records and ledger paths.", -1, NULL,
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
@@ -16,7 +16,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (m == NULL)
         return NULL;
     if (digests_add(m) < 0 || record_walk_add(m) < 0 || location_sort_add(m) < 0 || index_files_add(m) < 0 ||
-        locations_db_add(m) < 0 || lean_metadata_add(m) < 0 || dump_records_add(m) < 0) {
+        locations_db_add(m) < 0 || lean_metadata_add(m) < 0 || dump_records_add(m) < 0 ||
+        ledger_paths_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

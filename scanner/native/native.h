@@ -93,5 +93,6 @@ int index_files_add(PyObject *module);
 int locations_db_add(PyObject *module);
 int lean_metadata_add(PyObject *module);
 int dump_records_add(PyObject *module);
+int ledger_paths_add(PyObject *module);
 
 #endif

@@ -20,6 +20,7 @@ typedef struct {
     uint32_t key; /* HMAC: the index of its key among the walker's keys */
     uint8_t method;
     uint8_t used;
+    uint8_t matched; /* met in the ledgers map being compared (agrees_with_map), for that call only */
 } Ledger;
 
 typedef struct {
@@ -77,7 +78,7 @@ static int add_ledger(Ledgers *l, uint64_t ledger, int method, uint32_t key) {
     size_t i = slot_of(l, ledger);
     while (l->slots[i].used)
         i = (i + 1) & (l->capacity - 1);
-    l->slots[i] = (Ledger){ledger, 0, key, (uint8_t)method, 1};
+    l->slots[i] = (Ledger){ledger, 0, key, (uint8_t)method, 1, 0};
     l->count++;
     return 0;
 }
@@ -506,6 +507,43 @@ static PyObject *Walker_ledger_bytes(Walker *w, PyObject *unused) {
     return bytes;
 }
 
+static uint64_t big_endian64(const uint8_t *at) {
+    uint64_t value = 0;
+    for (int i = 0; i < 8; i++)
+        value = value << 8 | at[i];
+    return value;
+}
+
+/* Whether the log's ledgers map (its items as stored: 16 bytes each, a ledger id and the bytes of its records,
+ * big-endian) is what ledger_bytes() gives, confirmed here: True only when every item's ledger and bytes are positive,
+ * no ledger is listed twice, and the items are exactly the ledgers walked with their bytes. False: not confirmed (a
+ * map that differs, or one this leaves to the Python comparison, scanner.storage.entrylog.ledgers_map_of). */
+static PyObject *Walker_agrees_with_map(Walker *w, PyObject *args) {
+    Py_buffer items;
+    if (!PyArg_ParseTuple(args, "y*", &items))
+        return NULL;
+    const uint8_t *at = items.buf;
+    Py_ssize_t n = items.len / 16, walked = 0, i;
+    for (size_t k = 0; k < w->ledgers.capacity; k++)
+        walked += w->ledgers.slots[k].used && w->ledgers.slots[k].bytes != 0;
+    int agrees = items.len % 16 == 0 && n == walked;
+    for (i = 0; agrees && i < n; i++) {
+        uint64_t ledger = big_endian64(at + 16 * i), bytes = big_endian64(at + 16 * i + 8);
+        Ledger *s = (int64_t)ledger < 0 || (int64_t)bytes <= 0 ? NULL : find_ledger(&w->ledgers, ledger);
+        if (s == NULL || s->matched || s->bytes != bytes)
+            agrees = 0;
+        else
+            s->matched = 1;
+    }
+    for (Py_ssize_t j = 0; j < i; j++) { /* the marks of this call cleared: each item before where it stopped */
+        Ledger *s = find_ledger(&w->ledgers, big_endian64(at + 16 * j));
+        if (s != NULL)
+            s->matched = 0;
+    }
+    PyBuffer_Release(&items);
+    return PyBool_FromLong(agrees);
+}
+
 static PyObject *Walker_counts(Walker *w, PyObject *unused) {
     return Py_BuildValue("(KKKn)", (unsigned long long)w->verified, (unsigned long long)w->skipped,
                          (unsigned long long)w->failed, (Py_ssize_t)w->j);
@@ -530,6 +568,8 @@ static PyMethodDef Walker_methods[] = {
     {"take_index_faults", (PyCFunction)Walker_take_index_faults, METH_NOARGS,
      "take_index_faults() -> [(kind, pos, ledger, entry, found_ledger, found_entry)], emptied"},
     {"ledger_bytes", (PyCFunction)Walker_ledger_bytes, METH_NOARGS, "ledger_bytes() -> {ledger: bytes of its records}"},
+    {"agrees_with_map", (PyCFunction)Walker_agrees_with_map, METH_VARARGS,
+     "agrees_with_map(items) -> True where the ledgers map's items are confirmed to be ledger_bytes(), else False"},
     {"last_record", (PyCFunction)Walker_last_record, METH_NOARGS,
      "last_record() -> (pos, ledger, entry, length) of the last record walked, or None"},
     {"counts", (PyCFunction)Walker_counts, METH_NOARGS,

@@ -22,7 +22,7 @@ from scanner.checks.ledger_check import LedgerEvidence, judge_ledger
 from scanner.metadata.ledger import LedgerMetadata
 from scanner.metadata.store import LedgerRead
 from scanner.scan.completeness import holds_every_entry
-from scanner.scan.lean_metadata import LeanLedger, is_placed, lean_ledgers, placed_ledgers
+from scanner.scan.lean_metadata import LeanLedger, Placement, is_placed, lean_ledgers, placed_ledgers
 from scanner.scan.location_runs import LocationRuns
 from scanner.scan.record_walk_types import KnownLedgers
 from scanner.scan.targeted import verifier_of
@@ -90,8 +90,8 @@ class IndexStep:
         opened where the bookie looks for it; nothing is listed. A ledger placed here whose file is not there is left
         to the cluster step (condition 1). An index file of a ledger the metadata does not have (deleted) is not read:
         the bookie's garbage collection removes it, and its records in the entry logs are reported from the walk."""
-        asked: dict[int, tuple] = {}  # ledger placed here, asked of the index, not met yet -> (znode bytes, the
-        # whole metadata's reader and its place there), in the metadata's order
+        asked: dict[int, tuple] = {}  # ledger placed here, asked of the index, not met yet -> (znode bytes, its
+        # placement, the whole metadata's reader and its place there), in the metadata's order
 
         def placed_here() -> Iterator[list[int]]:
             for ledger_ids in _chunks(self.store.ledger_ids(), METADATA_BATCH):
@@ -101,7 +101,8 @@ class IndexStep:
                     placed[i] = self._placed_whole(read_of(i))
                 chosen = list(compress(range(len(ledger_ids)), placed))
                 ids = [ledger_ids[i] for i in chosen]
-                asked.update(zip(ids, zip([data[i] for i in chosen], repeat(read_of), chosen)))
+                asked.update(zip(ids, zip([data[i] for i in chosen], [placed[i] for i in chosen], repeat(read_of),
+                                          chosen)))
                 yield ids
 
         indexes = self.storage.ledger_indexes(chain.from_iterable(placed_here()))
@@ -110,7 +111,8 @@ class IndexStep:
             if None in met:  # a ledger the store named twice (in both of the hierarchical trees), met already
                 kept = [i for i, asked_for in enumerate(met) if asked_for is not None]
                 batch, met = [batch[i] for i in kept], [met[i] for i in kept]
-            self._index_batch(batch, [data for data, _, _ in met], lambda j: met[j][1](met[j][2]))
+            self._index_batch(batch, [data for data, _, _, _ in met], lambda j: met[j][2](met[j][3]),
+                              [placement for _, placement, _, _ in met])
         for ledger_id in asked:
             self._not_in_index(ledger_id)
 
@@ -131,13 +133,15 @@ class IndexStep:
         reads = self.store.ledger_batch(ledger_ids)
         return [None] * len(ledger_ids), reads.__getitem__
 
-    def _index_batch(self, batch: list, data: list, read_of: Callable[[int], LedgerRead]) -> None:
+    def _index_batch(self, batch: list, data: list, read_of: Callable[[int], LedgerRead],
+                     placements: list[Placement] | None = None) -> None:
         """A batch of what the index holds (ledger id, entry ids, locations), with each one's znode bytes (None: none
-        offered) and its whole metadata on demand (the i-th's)."""
+        offered), its whole metadata on demand (the i-th's) and, on `.idx` storage, its placement (whose kept decode
+        the lean answer comes from)."""
         ledger_ids = [ledger_id for ledger_id, _, _ in batch]
         entry_lists = [entry_ids for _, entry_ids, _ in batch]
         self.pacer.take_entries(sum(map(len, filter(None, entry_lists))))  # (None: an index that did not read)
-        self._index_leans(batch, lean_ledgers(ledger_ids, data, self.bookie_id, entry_lists), read_of)
+        self._index_leans(batch, lean_ledgers(ledger_ids, data, self.bookie_id, entry_lists, placements), read_of)
 
     def _lean_source(self) -> Callable[[list[int]], tuple[list, Callable[[int], LedgerRead]]] | None:
         """Where the store offers the undecoded znodes: for a batch of ledger ids, (each one's znode bytes, None for
@@ -185,6 +189,8 @@ class IndexStep:
         step each for their table rows, their locations and their count."""
         if self.dir_index is not None and self.storage.layout.storage != "db" and self.dir_count > 1:
             plain = [False] * len(batch)  # each ledger's locations go through _into_own_logs
+        elif self.dir_index is None:  # every ledger this pass's own
+            plain = [lean is not None and lean[2] for lean in leans]
         else:
             plain = [lean is not None and (lean[2] or not self.owns_ledger(ledger_id))
                      for (ledger_id, _, _), lean in zip(batch, leans)]

@@ -18,24 +18,30 @@ from scanner.scan.completeness import holds_every_entry
 
 # (digest type number, 0 for none; password, None for none; whether the index holds every entry owed)
 LeanLedger = tuple[int, bytes | None, bool]
+# Whether an ensemble of a ledger has this bookie: False; where it has, True or (from the native code) its decode kept
+# as bytes, which lean_ledgers answers from; None: to be decoded whole
+Placement = bool | bytes | None
 
 
-def lean_ledgers(ledger_ids: list[int], data: list[bytes | None], bookie_id: str,
-                 entry_ids: list) -> list[LeanLedger | None]:
+def lean_ledgers(ledger_ids: list[int], data: list[bytes | None], bookie_id: str, entry_ids: list,
+                 placements: list[Placement] | None = None) -> list[LeanLedger | None]:
     """Each ledger's :data:`LeanLedger` from its znode's bytes (None: no znode) and its index's ascending entry ids
     (``array('Q')``); None where it must be decoded whole (:func:`scanner.metadata.store.MetadataStore.ledger_read`:
-    no such ledger, or bytes that do not decode, which it words)."""
+    no such ledger, or bytes that do not decode, which it words). ``placements``: the ledgers' :func:`placed_ledgers`
+    answers, whose kept decodes the native code answers from instead of decoding the bytes again."""
     native = native_code()
     if native is not None:
-        lean = native.lean_batch(ledger_ids, data, bookie_id.encode(), entry_ids)
+        lean = (native.lean_batch(ledger_ids, data, bookie_id.encode(), entry_ids) if placements is None
+                else native.lean_placed_batch(ledger_ids, placements, entry_ids))
         return [found if found is not None else lean_reference(ledger_id, raw, bookie_id, ids)
                 for ledger_id, raw, ids, found in zip(ledger_ids, data, entry_ids, lean)]
     return [lean_reference(*ledger) for ledger in zip(ledger_ids, data, [bookie_id] * len(ledger_ids), entry_ids)]
 
 
-def placed_ledgers(ledger_ids: list[int], data: list[bytes | None], bookie_id: str) -> list[bool | None]:
-    """Whether any ensemble of each ledger has this bookie, from its znode's bytes (None: no znode); None where it
-    must be decoded whole (no such ledger, or bytes that do not decode)."""
+def placed_ledgers(ledger_ids: list[int], data: list[bytes | None], bookie_id: str) -> list[Placement]:
+    """Whether any ensemble of each ledger has this bookie, from its znode's bytes (None: no znode), as a
+    :data:`Placement` (truthy where it has); None where it must be decoded whole (no such ledger, or bytes that do not
+    decode)."""
     native = native_code()
     if native is not None:
         placed = native.placed_batch(data, bookie_id.encode())

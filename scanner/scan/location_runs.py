@@ -104,6 +104,16 @@ class _Run:
             raise OSError(f"the locations' scratch file ended before entry {j} of a run")
 
 
+def _repeated_ids(native, ledger_ids: list[int], entry_ids: list[array]) -> array:
+    """The ledger column of several ledgers' locations: each id as many times as it has entries (made in C where the
+    native code runs; the chain of repeats is the reference)."""
+    if native is None:
+        return array("Q", chain.from_iterable(map(repeat, ledger_ids, map(len, entry_ids))))
+    column = array("Q")
+    column.frombytes(native.repeated_ids(ledger_ids, entry_ids))
+    return column
+
+
 def _window_starts(locations: array | memoryview, shift: int, most: int) -> tuple[array, array] | None:
     """The windows (location >> ``shift``) of ``locations``, which are in window order, and the index of each one's
     first location; None when there are more than ``most`` windows."""
@@ -167,8 +177,8 @@ class LocationRuns:
             with memoryview(self._locations) as locations, memoryview(self._entry_ids) as entries:
                 locations.cast("B")[as_bytes] = b"".join(raw_locations[first:last + 1])
                 entries.cast("B")[as_bytes] = b"".join(entry_ids[first:last + 1])
-            self._ledger_ids[start:end] = array(
-                "Q", chain.from_iterable(map(repeat, ledger_ids[first:last + 1], map(len, entry_ids[first:last + 1]))))
+            self._ledger_ids[start:end] = _repeated_ids(self._codec, ledger_ids[first:last + 1],
+                                                        entry_ids[first:last + 1])
             self._filled = end
             self.count += end - start
             first, done = last + 1, ends[last]

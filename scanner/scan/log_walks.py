@@ -121,6 +121,8 @@ class LogWalks:
 
     def _note_ledgers_seen(self, state: _LogWalk) -> None:
         """The logs that hold records of deleted ledgers (orphans) and of ledgers the index lacks."""
+        if not self._absent and not self._unindexed:
+            return  # (none met so far: the walk's ledgers are not asked for)
         entry_log_id = state.log_file.entry_log_id
         misread = {f.found_ledger_id for f in state.walk.index_faults if f.found_ledger_id is not None}
         seen = state.walk.stats.ledgers_seen  # (a log of a busy bookie holds a little of very many ledgers: only
@@ -270,12 +272,10 @@ class LogWalks:
         """The map BookKeeper's garbage collector trusts, against what the walk of the whole log saw (what does not
         read goes to the log's problems)."""
         entry_log = state.entry_log
-        listed = entry_log.ledgers_map()
-        if listed is None:
+        items = entry_log.ledgers_map_items()
+        if items is None or state.walk.agrees_with_map(items):
             return []
-        seen = state.walk.stats.ledger_bytes
-        if listed == seen:
-            return []
+        listed, seen = entry_log.ledgers_map(), state.walk.stats.ledger_bytes
         wrong = sorted({ledger_id for ledger_id, _ in set(listed.items()) ^ set(seen.items())})
         if not wrong:
             return []

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator
 from scanner.native import _native
 from scanner.scan.record_walk_types import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, KnownLedgers,
                                     VerifierFor, WalkedRecord, WalkStats, another_entry, counting, failure_reason,
-                                    not_a_record_start, unreached, why_unreached)
+                                    map_agrees, not_a_record_start, unreached, why_unreached)
 from scanner.storage.entry import DigestType, DigestVerifier
 from scanner.storage.entrylog import PACE_INTERVAL, RECORD_START_SIZE, EntryLog
 
@@ -97,11 +97,17 @@ class NativeWalk:
         finally:  # also when the consumer stops early: the counters and faults stay true
             self._take_faults()
             self._sync_counts()
-            self.stats.ledger_bytes = core.ledger_bytes()
+            self.stats.tallied_by(core.ledger_bytes)
             last = core.last_record()
             self.last_record = None if last is None else WalkedRecord(*last)
             self.stats.bytes_scanned = max(self.stats.bytes_scanned, pos - first)
             cursor.release_all()
+
+    def agrees_with_map(self, items: bytes) -> bool:
+        """Whether the log's ledgers map (its items as stored) says what the walk saw (``stats.ledger_bytes``), as
+        ``PythonWalk.agrees_with_map`` answers: the C walker confirms the common case from its own tally, with no dict
+        made of the map; anything it does not confirm is compared as the reference compares it."""
+        return (self._core is not None and self._core.agrees_with_map(items)) or map_agrees(items, self.stats)
 
     def _learn(self, ledger_id: int) -> None:
         """Tell the C walker how to verify the ledger's records (asking ``verifier_for`` once)."""

@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Iterator
 
 from scanner.scan.record_walk_types import (NO_WINDOW, DigestFailure, ExpectedRecords, IndexedRecordFault, VerifierFor,
                                     WalkedRecord, WalkStats, another_entry, counting, failure_reason,
-                                    not_a_record_start, unreached, why_unreached)
+                                    map_agrees, not_a_record_start, unreached, why_unreached)
 from scanner.storage.entry import DigestVerifier
 from scanner.storage.entrylog import LENGTH_PREFIX, PACE_INTERVAL, EntryLog
 
@@ -72,6 +72,10 @@ class PythonWalk:
     @property
     def index_faults(self) -> list[IndexedRecordFault]:
         return self._join.faults
+
+    def agrees_with_map(self, items: bytes) -> bool:
+        """Whether the log's ledgers map (its items as stored) says what the walk saw (``stats.ledger_bytes``)."""
+        return map_agrees(items, self.stats)
 
     def failures(self, pace: Callable[[int], object] | None = None,
                  pace_interval: int = PACE_INTERVAL) -> Iterator[DigestFailure]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Sequence
 
 from scanner.storage.entry import DigestVerifier
-from scanner.storage.entrylog import LENGTH_PREFIX, EntryLog
+from scanner.storage.entrylog import LENGTH_PREFIX, EntryLog, ledgers_map_of
 
 NO_MORE = 1 << 64  # past every location pos
 
@@ -57,18 +57,37 @@ class WalkedRecord(NamedTuple):
 class WalkStats:
     """Counters of one walk, true at every pace call and when the walk ends or is left."""
 
-    __slots__ = ("entries_verified", "entries_skipped", "entries_failed", "bytes_scanned", "ledger_bytes")
+    __slots__ = ("entries_verified", "entries_skipped", "entries_failed", "bytes_scanned", "_ledger_bytes", "_tally")
 
     def __init__(self):
         self.entries_verified = 0
         self.entries_skipped = 0  # records of ledgers without a verifier (unknown to the metadata)
         self.entries_failed = 0
         self.bytes_scanned = 0
-        self.ledger_bytes: dict[int, int] = {}  # ledger id -> bytes of its records walked, length prefixes included
+        self._ledger_bytes: dict[int, int] | None = {}
+        self._tally: Callable[[], dict[int, int]] | None = None
+
+    @property
+    def ledger_bytes(self) -> dict[int, int]:
+        """Ledger id -> bytes of its records walked, length prefixes included (made from the walk's tally when first
+        asked for, where it has one: a pass asks only where the log's map disagrees or a ledger of note is about)."""
+        if self._ledger_bytes is None:
+            self._ledger_bytes = self._tally()
+        return self._ledger_bytes
+
+    def tallied_by(self, tally: Callable[[], dict[int, int]]) -> None:
+        """The walk's bytes per ledger are what ``tally()`` gives, asked when they are first wanted."""
+        self._ledger_bytes, self._tally = None, tally
 
     @property
     def ledgers_seen(self):
         return self.ledger_bytes.keys()
+
+
+def map_agrees(items: bytes, stats: WalkStats) -> bool:
+    """Whether a log's ledgers map (its items as stored, :meth:`EntryLog.ledgers_map_items`) says what the walk saw
+    of the whole log (the reference of the walks' ``agrees_with_map``)."""
+    return ledgers_map_of(items) == stats.ledger_bytes
 
 
 VerifierFor = Callable[[int], "DigestVerifier | None"]

@@ -187,6 +187,18 @@ class Record(NamedTuple):
     entry: memoryview
 
 
+def ledgers_map_of(items: bytes) -> dict[int, int]:
+    """A ledgers map's items (:meth:`EntryLog.ledgers_map_items`) as ledger id -> bytes of its records: a ledger listed
+    more than once (BookKeeper lists each once) gets the sum."""
+    sizes = dict(_BATCH_ITEM.iter_unpack(items))
+    if len(sizes) * LEDGERS_MAP_ITEM == len(items):  # each ledger listed once, told in C-speed steps
+        return sizes
+    sizes = {}
+    for ledger_id, ledger_bytes in _BATCH_ITEM.iter_unpack(items):
+        sizes[ledger_id] = sizes.get(ledger_id, 0) + ledger_bytes
+    return sizes
+
+
 # --- the reader ------------------------------------------------------------------------------
 
 
@@ -204,6 +216,7 @@ class EntryLog:
         self.valid_end: int | None = None  # where the last complete walk found the end of valid data
         self._reported: set[tuple[type, int | None]] = set()
         self._ledgers_map: dict[int, int] | None = None
+        self._ledgers_map_items: bytes | None = None
         self._ledgers_map_read = False
         self._fd = _open_log(self.path, entry_log_id)
         self._guest = PageCacheGuest(self._fd)  # every read, header and map too: what it fetched goes on close
@@ -306,17 +319,25 @@ class EntryLog:
         ``None`` when the log has no map (the current log, or the last one before a restart) or
         when the map is broken; the damage then goes to :attr:`problems`.
         """
-        if not self._ledgers_map_read:
-            self._ledgers_map = self._read_ledgers_map()
-            self._ledgers_map_read = True
+        items = self.ledgers_map_items()
+        if items is not None and self._ledgers_map is None:
+            self._ledgers_map = ledgers_map_of(items)
         return self._ledgers_map
 
-    def _read_ledgers_map(self) -> dict[int, int] | None:
+    def ledgers_map_items(self) -> bytes | None:
+        """The map's items as they are stored, every batch's one after the other (16 bytes each: a ledger id and the
+        bytes of its records, big-endian), checked as :meth:`ledgers_map` reads them; None where it gives None."""
+        if not self._ledgers_map_read:
+            self._ledgers_map_items = self._read_ledgers_map()
+            self._ledgers_map_read = True
+        return self._ledgers_map_items
+
+    def _read_ledgers_map(self) -> bytes | None:
         if not self.header_has_map or self._records_end != self.header.ledgers_map_offset:
             return None  # no map, or an offset already reported as broken when the file was opened
         size = self.size
         max_batch = LEDGERS_MAP_BATCH_HEADER + LEDGERS_MAP_ITEM * LEDGERS_MAP_MAX_BATCH
-        sizes: dict[int, int] = {}
+        batches: list[memoryview] = []
         listed = 0
         offset = self.header.ledgers_map_offset
         while offset + 4 <= size:
@@ -337,12 +358,7 @@ class EntryLog:
                                                 f"expected ledger -1 entry -2")
             if LEDGERS_MAP_BATCH_HEADER + LEDGERS_MAP_ITEM * count != length:
                 return self._broken_map(offset, f"batch lists {count} ledgers but its length is {length}")
-            items = dict(_BATCH_ITEM.iter_unpack(memoryview(batch)[24:]))
-            if len(items) == count and sizes.keys().isdisjoint(items):  # each ledger listed once, as BookKeeper does
-                sizes.update(items)
-            else:
-                for ledger_id, ledger_bytes in _BATCH_ITEM.iter_unpack(memoryview(batch)[24:]):
-                    sizes[ledger_id] = sizes.get(ledger_id, 0) + ledger_bytes
+            batches.append(memoryview(batch)[24:])
             listed += count
             offset += 4 + length
         else:
@@ -351,7 +367,7 @@ class EntryLog:
         if listed != self.header.ledgers_count:
             return self._broken_map(self.header.ledgers_map_offset,
                                     f"batches list {listed} ledgers, the header says {self.header.ledgers_count}")
-        return sizes
+        return b"".join(batches)
 
     def _broken_map(self, offset: int, detail: str) -> None:
         self._report(BrokenLedgersMap(self.path, self.entry_log_id, offset, f"ledgers map: {detail}"))

@@ -14,7 +14,7 @@ import sys
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import islice
+from itertools import chain, islice
 from operator import itemgetter
 from pathlib import Path, PurePosixPath
 
@@ -134,8 +134,8 @@ def read_index_files(files: Iterable[tuple[int, str]]) -> Iterator[IndexedLedger
         for ledger_id, path, guest in fetched_ahead(files):
             yield from _read_one(ledger_id, path, guest)
         return
-    yield from _read_windows(native, iter(files), lambda window, columns: native.open_index_files(
-        [path for _, path in window], *columns), itemgetter(0), itemgetter(1))
+    yield from chain.from_iterable(_read_windows(native, iter(files), lambda window, columns: native.open_index_files(
+        [path for _, path in window], *columns), itemgetter(0), itemgetter(1)))
 
 
 def read_ledger_index_files(current_dirs: Sequence[Path], ledger_ids: Iterable[int]) -> Iterator[IndexedLedger]:
@@ -155,8 +155,9 @@ def read_ledger_index_files(current_dirs: Sequence[Path], ledger_ids: Iterable[i
             for ledger_id, path, guest in fetched_ahead(files):
                 yield from _read_one(ledger_id, path, guest)
             return
-        yield from _read_windows(native, ledger_ids, lambda window, columns: native.open_ledger_index_files(
-            fds, array("Q", window), *columns), int, lambda ledger_id: where_kept(dirs, ledger_id))
+        yield from chain.from_iterable(_read_windows(native, ledger_ids, lambda window, columns: (
+            native.open_ledger_index_files(fds, array("Q", window), *columns)), int,
+            lambda ledger_id: where_kept(dirs, ledger_id)))
     finally:
         for fd in fds:
             os.close(fd)
@@ -181,9 +182,10 @@ def _first_named(current_dirs: Sequence[str], ledger_id: int, present: Callable[
 
 
 def _read_windows(native, files: Iterator, open_window: Callable, ledger_of: Callable[..., int],
-                  path_of: Callable[..., str | None]) -> Iterator[IndexedLedger]:
-    """:func:`read_index_files` natively, a window of ``files`` at a time: ``open_window(files, columns)`` opens a
-    window of them; ``ledger_of`` and ``path_of`` name a file's ledger and path (None: not there now)."""
+                  path_of: Callable[..., str | None]) -> Iterator[list[IndexedLedger]]:
+    """:func:`read_index_files` natively, a window of ``files`` at a time (what it gives of each window as a list):
+    ``open_window(files, columns)`` opens a window of them; ``ledger_of`` and ``path_of`` name a file's ledger and path
+    (None: not there now)."""
     columns, spare = ([zeroed_uint64(_WINDOW_SLOTS) for _ in range(2)] for _ in range(2))
     window = list(islice(files, FETCH_AHEAD_FILES))
     opened = open_window(window, columns)
@@ -195,12 +197,18 @@ def _read_windows(native, files: Iterator, open_window: Callable, ledger_of: Cal
             this, opened = opened, opened_next
             counts, starts, wanted = native.read_index_files(this)  # done with the columns: they may grow
             entry_ids, raw_locations = columns
-            for file, count, at in zip(window, counts, starts):
-                if count >= 0:
-                    yield ledger_of(file), entry_ids[at:at + count], raw_locations[at:at + count]
-                elif count == _LEFT_TO_PYTHON and (path := path_of(file)) is not None:  # (None: gone since)
-                    yield from _read_one(ledger_of(file), path, None)
-                # (else not there: nothing)
+            if min(counts, default=0) >= 0:  # every file read natively (the common case): the window in one step
+                yield [(ledger_of(file), entry_ids[at:at + count], raw_locations[at:at + count])
+                       for file, count, at in zip(window, counts, starts)]
+            else:
+                read = []
+                for file, count, at in zip(window, counts, starts):
+                    if count >= 0:
+                        read.append((ledger_of(file), entry_ids[at:at + count], raw_locations[at:at + count]))
+                    elif count == _LEFT_TO_PYTHON and (path := path_of(file)) is not None:  # (None: gone since)
+                        read.extend(_read_one(ledger_of(file), path, None))
+                    # (else not there: nothing)
+                yield read
             if wanted:  # files left to the Python reader for want of room: the columns grow for the windows to come
                 for column in columns:
                     column.extend(zeroed_uint64(wanted))
