@@ -357,8 +357,10 @@ def test_the_native_reader_closes_every_file_it_opened_ahead_when_stopped_early(
     reader = read_index_files(files)
     assert next(reader)[0] == files[0][0]
     # The window after the one read is open, waiting for the disk; files the page cache holds whole were read as
-    # they were opened, and closed.
-    assert _open_fds() == before + (FETCH_AHEAD_FILES if cold else 0)
+    # they were opened, and closed. Cold, the disk may have answered for some of the window before their turn came
+    # (1 run in 30 here: 3 of 64 still waiting): at least one waits, never more than the window.
+    held = _open_fds() - before
+    assert (0 < held <= FETCH_AHEAD_FILES) if cold else held == 0, held
     reader.close()
     assert _open_fds() == before
     assert [ledger_id for ledger_id, _, _ in _read_both_ways(files)] == [ledger_id for ledger_id, _ in files]
