@@ -43,8 +43,10 @@ pytest_plugins = ["pytester", "process_leaks"]
 # seconds to minutes: it compiles with the client compiler only, whose code is ready sooner and costs far less CPU
 # than the server compiler's (a kit bookie's start: 2.8 -> 1.7 CPU s, the cluster's 14 -> 7 s). What they do
 # is the same; only how fast their hot code runs differs. JVMs print a line saying so on their stderr.
-os.environ["JAVA_TOOL_OPTIONS"] = " ".join(filter(None, (os.environ.get("JAVA_TOOL_OPTIONS"),
-                                                         "-XX:TieredStopAtLevel=1")))
+_CLIENT_COMPILER_ONLY = "-XX:TieredStopAtLevel=1"
+_java_options = os.environ.get("JAVA_TOOL_OPTIONS", "").split()
+if _CLIENT_COMPILER_ONLY not in _java_options:  # set already where pytest-xdist's controller did
+    os.environ["JAVA_TOOL_OPTIONS"] = " ".join([*_java_options, _CLIENT_COMPILER_ONLY])
 
 _chroot_numbers = itertools.count(1)
 _SLOW_KINDS = ("live", "spark", "install")  # a cluster, a JVM or a fresh venv: seconds before the first assert

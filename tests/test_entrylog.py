@@ -8,7 +8,10 @@ import tracemalloc
 
 import pytest
 
+from scanner.native.switch import native_code
 from scanner.scan.record_walk import walk_records
+from scanner.scan.record_walk_in_c import NativeWalk
+from scanner.scan.record_walk_in_python import PythonWalk
 from scanner.storage.entry import DigestType, DigestVerifier, build_entry
 from scanner.storage.entrylog import (
     BadHeader,
@@ -379,6 +382,43 @@ def test_direct_log_without_map_ends_at_the_preallocated_zeros(write):
     found, problems, log = walk(write(direct_log([RECORDS[:2], [RECORDS[2]]], with_map=False)))
     assert (len(found), problems) == (3, [])
     assert log.valid_end == 3 * BLOCK  # after the last flush's padding, where the zeros begin
+
+
+def _written_under_the_walk(write) -> tuple[str, int, bytes]:
+    """A DirectEntryLogger log being written: a first flush (a record and one whose digest fails), zeros past it;
+    and the next flush, which lands where the zeros are (its offset) once the walk has read them."""
+    damaged = bytearray(RECORDS[1])
+    damaged[-1] ^= 0xFF
+    first = [RECORDS[0], bytes(damaged)]
+    path = write(direct_log([first], with_map=False))
+    return path, BLOCK + len(pad_block(b"".join(first))), pad_block(RECORDS[2])
+
+
+@pytest.mark.parametrize("walker", ["records", "python", "native"])
+def test_a_record_written_after_the_walk_read_zeros_there_ends_the_walk_quietly(write, walker):
+    # Seen beside a live DirectEntryLogger bookie: the walk read zeros where the writer had not written yet, the
+    # entry log's second look found a whole record there and called it "length 19554 is shorter than the 32-byte
+    # entry header", a damaged log that was not.
+    path, frontier, flush = _written_under_the_walk(write)
+    verifiers = {5: DigestVerifier(DigestType.CRC32C), 0x1234: DigestVerifier(DigestType.CRC32)}
+    with EntryLog(path, 0) as log:
+        if walker == "records":
+            walking = log.records()
+            seen = [next(walking).ledger_id, next(walking).ledger_id]  # the whole first flush, read in one chunk
+        else:
+            if walker == "native" and native_code() is None:
+                pytest.fail("the native walker is not built")
+            walking = (PythonWalk if walker == "python" else NativeWalk)(log, verifiers.get).failures()
+            seen = [next(walking).ledger_id]  # the failing record: the walk holds the whole file's chunk by now
+        with open(path, "r+b") as f:
+            f.seek(frontier)
+            f.write(flush)
+        seen += [getattr(rest, "ledger_id", None) for rest in walking]
+        assert seen == ([5, 0x1234] if walker == "records" else [0x1234])
+        assert log.problems == []
+        assert log.valid_end == frontier
+    found, problems, _ = walk(path)
+    assert [lid for _, lid, _, _ in found] == [5, 0x1234, 5] and problems == []  # the next walk reads it
 
 
 def test_direct_padding_shorter_than_a_length_prefix(write):

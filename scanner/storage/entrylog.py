@@ -524,8 +524,16 @@ class EntryLog:
             return following  # a ledgers-map batch or DirectEntryLogger's dummy record
         if ledger_id < 0 or entry_id < 0:
             detail = "negative ids never reach an entry log"
-        else:
+        elif length < METADATA_LENGTH:
             detail = f"length {length} is shorter than the {METADATA_LENGTH}-byte entry header"
+        else:
+            # A whole entry record, which the walk's own read of these bytes refused: they changed between the two
+            # reads. DirectEntryLogger writes a log in place, into a file of its full size from the start (zeros
+            # where it has not written yet: DirectWriter's fallocate), a padded buffer at a time behind the walk's
+            # read (DirectWriter.flushBuffer, on the storage's write executor). So the walk ends here, as at zero
+            # fill; entries the index locates past here are read one by one when the walk's faults are confirmed,
+            # and the next pass reads the rest.
+            return None
         self._report(BadRecordHeader(self.path, self.entry_log_id, pos, ledger_id, entry_id, detail))
         return following  # the framing is intact: step over it
 

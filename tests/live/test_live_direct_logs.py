@@ -147,7 +147,8 @@ def test_a_direct_entry_logger_bookie_scanned_during_and_after_writes_and_a_rest
     assert sum(counts.values()) >= 30 and counts["writing"] >= 3, counts
     damage = {phase: [f for r in reports for f in r["findings"] if f["category"] not in NOT_DAMAGE]
               for phase, reports in scans.items()}
-    assert not any(damage.values()), damage
+    assert not any(damage.values()), {phase: [(f["category"], f["ledger_id"], f["entry_log"], f["offset"], f["detail"])
+                                              for f in found] for phase, found in damage.items() if found}
     assert all(r["summary"]["entries_verified"] > 1000 for r in scans["written"] + scans["restarted"])
     sealed_id = int(sealed.stem, 16)
     reported = [f for f in damaged["findings"] if f["category"] == "damaged_entry_log"]
