@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import tracemalloc
@@ -395,10 +396,11 @@ def _written_under_the_walk(write) -> tuple[str, int, bytes]:
 
 
 @pytest.mark.parametrize("walker", ["records", "python", "native"])
-def test_a_record_written_after_the_walk_read_zeros_there_ends_the_walk_quietly(write, walker):
+def test_a_record_written_after_the_walk_read_zeros_there_ends_the_walk_quietly(write, walker, caplog):
     # Seen beside a live DirectEntryLogger bookie: the walk read zeros where the writer had not written yet, the
     # entry log's second look found a whole record there and called it "length 19554 is shorter than the 32-byte
     # entry header", a damaged log that was not.
+    caplog.set_level(logging.INFO, logger="scanner.storage.entrylog")
     path, frontier, flush = _written_under_the_walk(write)
     verifiers = {5: DigestVerifier(DigestType.CRC32C), 0x1234: DigestVerifier(DigestType.CRC32)}
     with EntryLog(path, 0) as log:
@@ -417,6 +419,7 @@ def test_a_record_written_after_the_walk_read_zeros_there_ends_the_walk_quietly(
         assert seen == ([5, 0x1234] if walker == "records" else [0x1234])
         assert log.problems == []
         assert log.valid_end == frontier
+        assert f"a record was written at offset {frontier} after the walk read zeros there" in caplog.text
     found, problems, _ = walk(path)
     assert [lid for _, lid, _, _ in found] == [5, 0x1234, 5] and problems == []  # the next walk reads it
 

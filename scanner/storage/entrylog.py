@@ -16,6 +16,7 @@ particular entry.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from typing import Callable, Iterator, NamedTuple
 from scanner.storage.entry import METADATA_LENGTH
 from scanner.storage.pagecache import CHUNK_SIZE, PageCacheGuest
 from scanner.storage.read_only import open_read_only
+
+log = logging.getLogger(__name__)
 
 FINGERPRINT = b"BKLO"
 LEGACY_HEADER_SIZE = 1024
@@ -533,6 +536,8 @@ class EntryLog:
             # read (DirectWriter.flushBuffer, on the storage's write executor). So the walk ends here, as at zero
             # fill; entries the index locates past here are read one by one when the walk's faults are confirmed,
             # and the next pass reads the rest.
+            log.info("entry log %d: a record was written at offset %d after the walk read zeros there: the walk "
+                     "ends there", self.entry_log_id, pos)
             return None
         self._report(BadRecordHeader(self.path, self.entry_log_id, pos, ledger_id, entry_id, detail))
         return following  # the framing is intact: step over it

@@ -43,6 +43,8 @@ SCANS_AFTER = 8  # scans after the writer, with the bookie stopped, and after it
 # A clean stop finalizes every log (ledgers map, then the header); on a loaded host it can take longer than the
 # helper's default wait before SIGKILL, which could leave a log killed half-way through that.
 STOP_SECONDS = 120
+MET = {"log of zeros": "reads as zeros", "map read again": "ledgers map, read again",
+       "written behind a walk": "after the walk read zeros there"}
 
 
 def _set(conf: Path, **settings) -> None:
@@ -89,6 +91,7 @@ def test_a_direct_entry_logger_bookie_scanned_during_and_after_writes_and_a_rest
         tmp_path, capsys, monkeypatch, caplog):
     monkeypatch.setenv("LIVEBK_DIRECT_IO_3", "1")
     caplog.set_level(logging.INFO, logger="scanner.scan.log_walks")
+    caplog.set_level(logging.INFO, logger="scanner.storage.entrylog")
     scans: dict[str, list[dict]] = {"writing": [], "written": [], "stopped": [], "restarted": []}
     zero_seen: set[str] = set()  # logs a scan met with a header of zeros while the bookie ran
     with LiveCluster(tmp_path / "bk") as cluster:
@@ -138,9 +141,9 @@ def test_a_direct_entry_logger_bookie_scanned_during_and_after_writes_and_a_rest
 
     counts = {phase: len(reports) for phase, reports in scans.items()}
     categories = Counter(f["category"] for reports in scans.values() for r in reports for f in r["findings"])
-    # What the scans met in between (their log): a log of zeros let be, a ledgers map read again once written.
-    met = Counter("log of zeros" if "reads as zeros" in m else "map read again" for m in caplog.messages
-                  if "reads as zeros" in m or "ledgers map, read again" in m)
+    # What the scans met in between (their log): a log of zeros let be, a ledgers map read again once written, a
+    # record written where a walk had just read zeros.
+    met = Counter(kind for m in caplog.messages for kind, said in MET.items() if said in m)
     print("scans:", counts, "entries verified by the last scan during the writes:",
           scans["writing"][-1]["summary"]["entries_verified"], "findings:", dict(categories), "met:", dict(met),
           "logs of zeros seen beside the scans:", sorted(zero_seen))
