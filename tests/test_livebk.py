@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +15,9 @@ from livebk import LiveCluster, listening
 CLIENT_COMPILER_ONLY = "-XX:TieredStopAtLevel=1"  # what the suite's conftest gives every JVM a test starts
 
 
-def _java_tool_options(pid: int) -> str:
-    environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-    return next((v.split(b"=", 1)[1].decode() for v in environ if v.startswith(b"JAVA_TOOL_OPTIONS=")), "")
+def _java_tool_options(pid: int) -> list[str]:
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next((v.split(b"=", 1)[1].decode().split() for v in environ if v.startswith(b"JAVA_TOOL_OPTIONS=")), [])
 
 
 def test_a_jvm_a_test_starts_compiles_with_the_client_compiler_only():
