@@ -25,6 +25,7 @@ from scanner.metadata.snapshot import SnapshotStore
 from scanner.repair.blast_radius import BlastRadius
 from scanner.sample.sample_cluster import build_sample
 from scanner.scan.full_pass import BookiePass
+from scanner.scan.pacing import Unpaced
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
 
@@ -326,7 +327,7 @@ def test_notify_messages_reach_the_socket_and_the_watchdog_pings_at_half_its_tim
 # -- an entry log vanishing under the walk ------------------------------------------------------
 
 
-class _DeletingPacer:
+class _DeletingPacer(Unpaced):
     """Deletes the log being walked the first time the walk pays for bytes (garbage collection)."""
 
     def __init__(self, victim: Path):

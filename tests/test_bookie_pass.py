@@ -15,6 +15,7 @@ from journal_files import HEADER, journal_holds, journal_record
 from scanner.metadata.snapshot import SnapshotStore
 from scanner.native.switch import NATIVE_VARIABLE
 from scanner.scan.full_pass import BookiePass
+from scanner.scan.pacing import Unpaced
 from scanner.storage.bookie import open_bookie
 from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
@@ -86,7 +87,7 @@ def test_each_checkpoint_comes_before_the_pacer_holds_the_walk(tmp_path, monkeyp
     layout = _copy(tmp_path, "bookie1")
     events = []
 
-    class RecordingPacer:
+    class RecordingPacer(Unpaced):
         def take_bytes(self, n):
             events.append(("paid", n))
 

@@ -12,6 +12,7 @@ from scanner.metadata.ledger import LedgerState, serialize_ledger_metadata
 from scanner.metadata.ledger_paths import LedgerManager, ledger_path
 from scanner.metadata.uri import open_metadata
 from scanner.sample.sample_cluster import OTHER_BOOKIES, SAMPLE_BOOKIE, build_sample
+from scanner.scan.pacing import Unpaced
 from scanner.scan.targeted import LedgerScanner
 from scanner.storage.bookie import open_bookie
 from scanner.storage.layout import discover_layout
@@ -48,7 +49,7 @@ def test_unreachable_zookeeper_is_one_line_and_exit_2(capsys):
     assert status == 2 and len(err) == 1 and err[0].startswith("bookie-scanner scan: ")
 
 
-class ChangeOnFirstRead:
+class ChangeOnFirstRead(Unpaced):
     """A pacer that lets the test change ZooKeeper once, while the scanner reads the ledger's index."""
 
     def __init__(self, change):

@@ -70,6 +70,10 @@ class Pacer:
         """Sleep about ``seconds`` (with jitter); True if woken or stopped first."""
         return self._wakeup.wait(self._jitter.spread(seconds))
 
+    def pause(self, seconds: float) -> bool:
+        """Sleep ``seconds`` exactly (a settling time, no jitter); True if woken or stopped first."""
+        return self._wakeup.wait(seconds)
+
     def wake(self) -> None:
         """Cut the current take or wait short (or the next one): it returns True."""
         self._wakeup.wake()

@@ -120,6 +120,16 @@ class _YieldingPacer:
             raise _Interrupted
         return False
 
+    def pause(self, seconds: float) -> None:
+        """Idle ``seconds`` (a confirmation's settling time: never less), giving way as a take does: SIGTERM met
+        there stopped the agent only once the settling was over, up to 15 s later."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            with self.heartbeat.idle():
+                cut_short = self.pacer.pause(left)
+            if cut_short and self.must_yield():
+                raise _Interrupted
+
 
 class LedgerDirWorker:
     """The scanner thread of ledger dir ``index`` (of ``dir_count``)."""
@@ -305,8 +315,9 @@ class LedgerDirWorker:
         log.info("%s: suspect %s %d scanned: %d findings", self.ledger_dir, suspect.kind, suspect.id, len(findings))
 
     def _suspect_pacing(self) -> _YieldingPacer:
-        """The suspect pacer, its waits idle by design and its takes progress; a suspect's scan does not yield."""
-        return _YieldingPacer(self.suspect_pacer, lambda: False, self.heartbeat)
+        """The suspect pacer, its waits idle by design and its takes progress; a suspect's scan yields to nothing but
+        a stop (the suspect is kept, and scanned whole after the restart)."""
+        return _YieldingPacer(self.suspect_pacer, self._stopping.is_set, self.heartbeat)
 
     def _scan_suspect_log(self, storage: BookieStorage, entry_log_id: int) -> list[Finding]:
         """The suspect log walked as a pass walks it, judged on the index as it is then."""

@@ -87,7 +87,7 @@ class Confirmation:
             log.info("%d ledger(s) changed in the last %gs (first: %s): judged again in %.1fs, once what their "
                      "writer's ack quorum did not wait for has arrived", len(unsettled), SETTLE_SECONDS,
                      min(unsettled), wait)
-            time.sleep(wait)
+            self.pacer.pause(wait)
             findings.extend(self._confirm(sorted(unsettled), faults, with_index & unsettled.keys(), settled=True,
                                           again=again))
         return findings

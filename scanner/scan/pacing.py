@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 
 class Pacer(Protocol):
     def take_bytes(self, n: int) -> object: ...
     def take_entries(self, n: int) -> object: ...
+    def pause(self, seconds: float) -> object: ...  # idle at least this long, unless the scan must stop
 
 
 class Unpaced:
@@ -16,3 +18,6 @@ class Unpaced:
 
     def take_entries(self, n: int) -> None:
         return None
+
+    def pause(self, seconds: float) -> None:
+        time.sleep(seconds)
