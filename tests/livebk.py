@@ -371,6 +371,21 @@ class LiveCluster:
                     writer.kill()
                     writer.wait()
 
+    def fill(self, ledgers: int, seed: int, side_by_side: int = 4, timeout: float = 300.0) -> str:
+        """Write ``ledgers`` closed ledgers, ``side_by_side`` at a time, and delete about half of the older ones
+        (``tests/live/LedgerFill.java``: BookKeeper's own client, pipelined adds); waited for. Its output.
+
+        Where a test needs data to damage, this writes it in seconds; the kit's writer (``write``) is for load
+        that lasts a time."""
+        done = subprocess.run(
+            self.kit_java("LedgerFill", self.metadata_uri, str(ledgers), str(seed), str(side_by_side),
+                          classes=self._compiled(_FILL_SOURCE)),
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0 or "DONE" not in done.stdout:
+            raise LiveClusterError(f"LedgerFill exited with {done.returncode}: {done.stdout[-1500:]}"
+                                   f"{done.stderr[-3000:]}")
+        return done.stdout
+
     def stop_writer(self) -> None:
         """End the writer before its time is up (its open ledger stays open, as a crashed client's would)."""
         self._end("writer")
@@ -563,6 +578,7 @@ class ClientView:
 
 
 _READER_SOURCE = Path(__file__).resolve().parent / "live" / "ReadEveryCopy.java"
+_FILL_SOURCE = _READER_SOURCE.with_name("LedgerFill.java")
 _SPLITTER_SOURCE = _READER_SOURCE.with_name("SplitLedger.java")
 
 

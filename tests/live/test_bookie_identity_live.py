@@ -47,9 +47,8 @@ def test_a_custom_bookie_id_is_reached_through_its_registration_and_a_tls_bookie
     with LiveCluster(tmp_path / "bk", bookie_count=4, custom_ids={2: CUSTOM_ID, 4: SPARE_ID}) as cluster:
         bookie2 = cluster.bookies[1]
         assert discover_layout(bookie2.conf).bookie_id == CUSTOM_ID  # the scanner knows its bookie by that id
-        for seed in (42, 43, 44, 45):  # a short run can leave no ledger on bookie2 without bookie4: write more
-            cluster.write(seconds=8, seed=seed)
-            cluster.wait_for_writer()
+        for seed in (42, 43, 44, 45):  # a few ledgers can leave none on bookie2 without bookie4: write more
+            cluster.fill(8, seed=seed)
             with open_metadata(cluster.metadata_uri) as store:
                 try:
                     _a_closed_ledger_on(store, CUSTOM_ID, not_on=SPARE_ID)

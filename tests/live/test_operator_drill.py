@@ -46,10 +46,8 @@ from scanner.repair.marks import lock_path, mark_path
 from test_agent_service import MAIN, REPO, AgentProcess, cli, wait_for
 
 RULES = REPO / "conf" / "prometheus-alerts.yml"
-WRITE_SECONDS = 20
-WRITER_SEEDS = (1, 4, 5)
-ROTATE_SECONDS = 8
-ROTATE_SEEDS = (3, 8)
+FILL_LEDGERS = 30  # about half of them deleted as more are written
+ROTATE_LEDGERS = 8
 RETRY_SECONDS = 5  # the agents' [repair] retry_seconds: a failed move is tried again 5 s, then 10 s later
 MARKS = "/ledgers/underreplication/ledgers"
 READ_ONLY = [make_acl("world", "anyone", read=True, admin=True)]  # admin: to open them again
@@ -89,7 +87,7 @@ def _inject(cluster, bookie, store, avoid: set[int]) -> tuple[int, int]:
             if more == 2:
                 raise
             bookie.start()
-            cluster.write_together(ROTATE_SECONDS, ROTATE_SEEDS)
+            cluster.fill(ROTATE_LEDGERS, seed=10 + more)
             bookie.stop()
     raise AssertionError("unreachable")
 
@@ -179,8 +177,8 @@ def test_health_status_metrics_marks_and_alerts_tell_the_same_story_at_every_sta
         try:
             for agent in agents.values():
                 agent.start().wait_ready(timeout=60)
-            cluster.write_together(WRITE_SECONDS, WRITER_SEEDS)
-            cluster.write_together(ROTATE_SECONDS, ROTATE_SEEDS)
+            cluster.fill(FILL_LEDGERS, seed=1)
+            cluster.fill(ROTATE_LEDGERS, seed=3)  # rotates the logs past them: flushed, damageable
             # Read-only before the damage: the agents scan every few seconds, and one that found the damage
             # while the marks were writable would mark it and try to move it (to no spare: "repairing").
             _set_acl_under(zk, MARKS, READ_ONLY)

@@ -43,20 +43,17 @@ def flip_payload(bookie, ledger_id: int, entry_id: int, digest_length: int) -> N
 
 def _two_flushed_ledgers(cluster, bookie):
     """Two closed ledgers on ``bookie`` (one segment, a digest that can be checked), B of write quorum 3, written
-    before a later writer rotated the logs past them (so they are flushed). The writer makes one such ledger
-    of write quorum 3 in four and deletes about half of what it made: on a busy machine a short run can leave
-    none (a loaded one wrote 8 ledgers in 36 s), so the writers go on, a few seconds at a time, until there are two
-    (within ``WRITING_ROUNDS_SECONDS``)."""
-    cluster.write(seconds=12)
-    cluster.wait_for_writer()
+    before later ledgers rotated the logs past them (so they are flushed). The fill makes one such ledger of
+    write quorum 3 in four and deletes about half of what it made, so it can leave none: rounds of a few more
+    ledgers go on until there are two (within ``WRITING_ROUNDS_SECONDS``)."""
+    cluster.fill(16, seed=1)
     with open_metadata(cluster.metadata_uri) as store:
         written = set(store.ledger_ids())
     deadline = time.monotonic() + WRITING_ROUNDS_SECONDS
     for seed in itertools.count(3, 2):
         if time.monotonic() > deadline:
             break
-        cluster.write(seconds=6, seed=seed)  # rotates the logs past the ledgers written so far
-        cluster.wait_for_writer()
+        cluster.fill(6, seed=seed)  # rotates the logs past the ledgers written so far
         with open_metadata(cluster.metadata_uri) as store:
             ledgers = [m for m in map(store.ledger, sorted(written)) if m is not None]
             mine = [m for m in ledgers if m.is_closed and m.digest_type is not DigestType.DUMMY

@@ -32,10 +32,8 @@ def _spanning_ledger(cluster, bookie):
     """A closed ledger (a digest to check, one ensemble, flushed) of ``bookie`` (in /r1) whose other two bookies are
     in /r2 and /r3: with /r1's other bookie down, an enforced policy has nowhere to go."""
     for seed in (1, 2, 3, 4, 5, 6):
-        cluster.write(seconds=12, seed=seed)
-        cluster.wait_for_writer()
-        cluster.write(seconds=4, seed=50 + seed)  # rotates the logs past them, so they are flushed
-        cluster.wait_for_writer()
+        cluster.fill(16, seed=seed)
+        cluster.fill(4, seed=50 + seed)  # rotates the logs past them, so they are flushed
         with open_metadata(cluster.metadata_uri) as store:
             for m in filter(None, map(store.ledger, store.ledger_ids())):
                 if (m.is_closed and m.digest_type is not DigestType.DUMMY and len(m.segments) == 1

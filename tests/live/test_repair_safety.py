@@ -92,8 +92,7 @@ def test_a_bookie_killed_while_its_agent_repairs_loses_no_mark_and_ends_re_repli
     # for its other fragment on the dead bookie too: it must stay until that is re-replicated as well.
     with LiveCluster(tmp_path / "bk", bookie_count=5) as cluster:
         bookie2 = cluster.bookies[1]
-        cluster.write(seconds=8)  # ledgers of bookie2 besides the damaged one, for the Auditor to mark when it dies
-        cluster.wait_for_writer()
+        cluster.fill(8, seed=42)  # ledgers of bookie2 besides the damaged one, for the Auditor to mark when it dies
         ledger = _ledger_in_two_fragments_on_bookie2(cluster)
         first = next(f for f in ledger.fragments() if bookie2.bookie_id in f.bookies)
         index = first.bookie_index(bookie2.bookie_id)
@@ -164,9 +163,8 @@ def _rot_in_most_logs(bookie, store) -> int:
 def test_damage_in_most_entry_logs_trips_the_breaker_within_the_first_pass(tmp_path):
     with LiveCluster(tmp_path / "bk", bookie_count=4) as cluster:
         bookie2 = cluster.bookies[1]
-        cluster.write_together(20, (1, 2))
-        cluster.write(seconds=6, seed=3)
-        cluster.wait_for_writer()
+        cluster.fill(24, seed=1)
+        cluster.fill(6, seed=3)  # rotates the logs past them, so they are flushed
         bookie2.stop()
         with open_metadata(cluster.metadata_uri) as store:
             damaged_logs, logs = _rot_in_most_logs(bookie2, store)
