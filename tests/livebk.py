@@ -371,15 +371,17 @@ class LiveCluster:
                     writer.kill()
                     writer.wait()
 
-    def fill(self, ledgers: int, seed: int, side_by_side: int = 4, timeout: float = 300.0) -> str:
-        """Write ``ledgers`` closed ledgers, ``side_by_side`` at a time, and delete about half of the older ones
-        (``tests/live/LedgerFill.java``: BookKeeper's own client, pipelined adds); waited for. Its output.
+    def fill(self, ledgers: int, seed: int, side_by_side: int = 4, keep: bool = False,
+             timeout: float = 300.0) -> str:
+        """Write ``ledgers`` closed ledgers, ``side_by_side`` at a time, and delete about half of the older ones (none
+        with ``keep``) (``tests/live/LedgerFill.java``: BookKeeper's own client, pipelined adds); waited for. Its
+        output.
 
         Where a test needs data to damage, this writes it in seconds; the kit's writer (``write``) is for load
         that lasts a time."""
         done = subprocess.run(
             self.kit_java("LedgerFill", self.metadata_uri, str(ledgers), str(seed), str(side_by_side),
-                          classes=self._compiled(_FILL_SOURCE)),
+                          *(["keep"] if keep else []), classes=self._compiled(_FILL_SOURCE)),
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0 or "DONE" not in done.stdout:
             raise LiveClusterError(f"LedgerFill exited with {done.returncode}: {done.stdout[-1500:]}"

@@ -13,8 +13,9 @@ flush thread (each rolled log keeps one of its eight write buffers until finaliz
 one more): it then leaves its newest log all zeros and acknowledges nothing, and the writer fails. Logs of 8 MiB
 keep it clear of that.
 
-The writer runs until a scan during the writes verified ``ENOUGH_ENTRIES`` (at least three scans by then), at most
-``LIVE_SECONDS`` (default 90); ``LIVE_SECONDS=1800 ENOUGH_ENTRIES=0`` runs it the whole time.
+Ledgers are written first (``LedgerFill``, none deleted), then the kit's writer runs until ``WRITING_SCANS`` scans ran
+beside it and the last verified ``ENOUGH_ENTRIES``, at most ``LIVE_SECONDS`` (default 90); ``LIVE_SECONDS=1800
+ENOUGH_ENTRIES=0`` runs it the whole time.
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ from scanner.storage.layout import discover_layout
 SECONDS = int(os.environ.get("LIVE_SECONDS", "90"))
 # Written enough: the scans after the writes must each verify over 1000 entries (the writer deletes about half of
 # its older ledgers as it goes), so a scan during them verifying this many ends the writes; 0: never
-ENOUGH_ENTRIES = int(os.environ.get("ENOUGH_ENTRIES", "2500"))
+ENOUGH_ENTRIES = int(os.environ.get("ENOUGH_ENTRIES", "2000"))
+# The kit's writer keeps about four ledgers of its own (it deletes as many as it creates): the ledgers written first
+# make up the entries. A scan that meets a ledger closed moments ago waits for it to settle (15 s): about one in three
+# beside the writer does.
+FILLED_LEDGERS = 20
+WRITING_SCANS = 10
 NOT_DAMAGE = {"orphan_ledger"}
 LOG_SIZE = 8 << 20  # bookie3's logSizeLimit here (see the module doc)
 SCANS_AFTER = 8  # scans after the writer, with the bookie stopped, and after its restart (each)
@@ -101,12 +107,13 @@ def test_a_direct_entry_logger_bookie_scanned_during_and_after_writes_and_a_rest
         bookie.restart()
         ledger_dir = bookie.ledger_dir
 
+        cluster.fill(FILLED_LEDGERS, seed=1, keep=True)
         cluster.write(seconds=SECONDS, seed=5)
         while cluster.kit_pid("writer") is not None:
             before = _zero_logs(ledger_dir)
             scans["writing"].append(_scan(capsys, bookie))
             zero_seen |= before | _zero_logs(ledger_dir)
-            if ENOUGH_ENTRIES and len(scans["writing"]) >= 3 and \
+            if ENOUGH_ENTRIES and len(scans["writing"]) >= WRITING_SCANS and \
                     scans["writing"][-1]["summary"]["entries_verified"] >= ENOUGH_ENTRIES:
                 cluster.stop_writer()  # its open ledger stays open, as a crashed client's does
                 break
