@@ -195,6 +195,46 @@ def test_records_still_in_the_entry_loggers_buffer_are_not_lost_when_the_journal
         full.storage.close()
 
 
+def _corrupt(findings) -> set[tuple[int, int]]:
+    return {(f.ledger_id, e) for f in findings if f.category.value == "corrupt_entry"
+            for first, last in f.entries for e in range(first, last + 1)}
+
+
+def test_a_corrupt_record_of_an_entry_the_journal_holds_again_is_not_judged_until_the_index_names_the_new_one(
+        tmp_path):
+    """Live, a ReplicationWorker copied a ledger back onto an ``.idx`` bookie that still held a corrupt copy of one
+    of its entries: the bookie wrote the entry anew (journal, entry logger), and until its next checkpoint its index
+    on disk named the old record. That record is not the bookie's copy any more."""
+    copies = {}
+    for name in ("unjournaled", "journaled"):
+        layout = _copy(tmp_path / name, "bookie1")
+        with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
+            clean = full.run()
+            full.storage.close()
+        assert _corrupt(clean) == set()
+        with open_bookie(layout, tmp_path) as storage:
+            ledger_id = next(ledger for ledger in storage.ledger_ids() if len(dict(storage.locations(ledger))) > 2)
+            entry_id, location = list(storage.locations(ledger_id))[1]
+            path = storage.entry_log_path(ledger_id, location.entry_log_id)
+        with open(path, "r+b") as log:  # a payload byte, past the header and the longest digest
+            log.seek(location.pos + 32 + 20 + 10)
+            byte = log.read(1)[0]
+            log.seek(-1, 1)
+            log.write(bytes([byte ^ 0xA5]))
+        copies[name] = layout, (ledger_id, entry_id)
+    layout, rotten = copies["unjournaled"]
+    with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
+        assert _corrupt(full.run()) == {rotten}  # nothing says it was written again: corrupt
+        full.storage.close()
+
+    layout, rewritten = copies["journaled"]
+    journal_holds(tmp_path / "journaled" / "bookie1", layout, {rewritten})
+    with SnapshotStore(DUMP) as store, _pass(layout, store, tmp_path) as full:
+        assert _corrupt(full.run()) == set()
+        assert full.totals.journaled == 1
+        full.storage.close()
+
+
 def test_a_ledger_whose_index_appears_during_the_pass_pointing_into_the_buffer_is_not_lost(tmp_path, monkeypatch):
     """Live, the bookie created a ledger's .idx after the pass had listed the index files; by the time the pass
     judged that ledger, the index pointed into the newest log, still empty on disk, at entries the journal

@@ -56,10 +56,12 @@ class Confirmation:
         journaled: dict[int, int] = {}  # ledger -> its records this judgement counted as on their way (journal)
         unsettled: dict[int, float] = {}  # ledger -> when its metadata settles (time.time())
         # The journal first, the index after: an entry flushed in between is then found in the index.
-        # Asked of the ledgers judged on the index and of those with records gone: the bookie may have
-        # written an index page that points into its entry logger's buffer, not yet into the file.
-        lost = {ledger_id for ledger_id in ledgers if any(fault.lost for fault in faults.get(ledger_id, ()))}
-        pending = pending_entries(self.storage.layout, set(with_index) | lost)
+        # Asked of the ledgers judged on the index and of those with records found wrong: the bookie may have
+        # written an index page that points into its entry logger's buffer, not yet into the file; or it wrote the
+        # entry again (a re-replication's add to a bookie holding a damaged copy) and its index on disk still
+        # names the older record.
+        faulty = {ledger_id for ledger_id in ledgers if faults.get(ledger_id)}
+        pending = pending_entries(self.storage.layout, set(with_index) | faulty)
         with self.reopen() as fresh, LedgerScanner(fresh, self.store, self.bookie_id) as scanner:
             for start in range(0, len(ledgers), METADATA_BATCH):
                 for read in self.store.ledger_batch(ledgers[start:start + METADATA_BATCH]):
@@ -135,9 +137,12 @@ class Confirmation:
 
     @staticmethod
     def _unbuffered(ledger_id: int, faults, pending: set[tuple[int, int]]) -> tuple[RecordFault, ...]:
-        """``faults`` less the records gone whose entries the journal holds since the last mark: acknowledged,
-        and the log's copy still to be flushed (the bookie serves them from its entry logger's buffer)."""
-        return tuple(f for f in faults if not (f.lost and (ledger_id, f.entry_id) in pending))
+        """``faults`` less the records of entries the journal holds since the last mark: acknowledged, and the log's
+        copy still to be flushed (the bookie serves them from its entry logger's buffer), or still to replace the
+        record the index on disk names (an ``.idx`` bookie writes its index at its next checkpoint). Seen live: a
+        ReplicationWorker copied a ledger back onto a bookie whose old copy of an entry was corrupt, and the pass
+        judged that old record, marked the ledger, and the worker cleared the mark, again and again."""
+        return tuple(f for f in faults if (ledger_id, f.entry_id) not in pending)
 
     def _still_faulty(self, scanner: LedgerScanner, ledger_id: int, faults) -> tuple[RecordFault, ...]:
         """The walk's faults of the ledger that the index, read now, still points at and that still fail."""

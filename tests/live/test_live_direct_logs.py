@@ -42,7 +42,7 @@ ENOUGH_ENTRIES = int(os.environ.get("ENOUGH_ENTRIES", "2000"))
 # make up the entries. A scan that meets a ledger closed moments ago waits for it to settle (15 s): about one in three
 # beside the writer does.
 FILLED_LEDGERS = 20
-WRITING_SCANS = 10
+WRITING_SCANS = 5
 NOT_DAMAGE = {"orphan_ledger"}
 LOG_SIZE = 8 << 20  # bookie3's logSizeLimit here (see the module doc)
 SCANS_AFTER = 8  # scans after the writer, with the bookie stopped, and after its restart (each)
