@@ -12,7 +12,7 @@ What must hold: every injected fault is found with its exact category, nothing e
 reported (0 false findings), each damaged ledger is marked once, and the two untouched bookies log no
 exception at all.
 
-Set ``LIVE_SECONDS`` (default 20) to run that writer longer: ``LIVE_SECONDS=1800 ./dev test tests/live``
+Set ``LIVE_SECONDS`` (default 10) to run that writer longer: ``LIVE_SECONDS=1800 ./dev test tests/live``
 is the half-hour run.
 """
 
@@ -33,7 +33,7 @@ from scanner.storage.journal import pending_entries
 from scanner.storage.layout import discover_layout
 from test_agent_service import AgentProcess, book_entries, book_history, wait_for
 
-SECONDS = int(os.environ.get("LIVE_SECONDS", "20"))
+SECONDS = int(os.environ.get("LIVE_SECONDS", "10"))
 NOT_DAMAGE = {"orphan_ledger"}
 
 
