@@ -101,19 +101,26 @@ def _runs_kit(pid: int, kit: Path) -> bool:
 
 def _end_process(pid: int, timeout: float = 20.0) -> None:
     """SIGTERM, then SIGKILL if it still runs after ``timeout`` seconds."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+    _end_processes([pid], timeout)
+
+
+def _end_processes(pids, timeout: float = 20.0) -> None:
+    """SIGTERM to each at once, then SIGKILL to those still running after ``timeout`` seconds."""
+    running = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            running.append(pid)
+        except ProcessLookupError:
+            pass
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return
+    while (running := [pid for pid in running if _alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    for pid in running:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @dataclass
@@ -175,6 +182,11 @@ class LiveBookie:
     @property
     def running(self) -> bool:
         return self.pid is not None
+
+    def ask_to_stop(self) -> None:
+        """SIGTERM to the bookie if this process started it again, not waited for (``stop`` waits, and reaps it)."""
+        if self._process is not None:
+            self._process.terminate()
 
     def stop(self, timeout: float = 20.0) -> None:
         """End the bookie's JVM (SIGTERM: a clean shutdown, as ``kill`` in the kit's README); SIGKILL if it still
@@ -295,12 +307,17 @@ class LiveCluster:
         (self.run_dir / f"{name}.pid").unlink(missing_ok=True)
 
     def stop(self) -> None:
-        """Stop the writer, the bookies and ZooKeeper, whatever started them."""
-        # Bookies started again from here are this process's children: end and reap them first
-        # (stop.sh would wait on their zombies), then stop.sh ends the rest by their pid files.
-        for bookie in self.bookies:
-            if bookie.started_here:
-                bookie.stop()
+        """Stop the writer, the bookies and ZooKeeper, whatever started them: all but ZooKeeper at once (a bookie's
+        clean shutdown takes a second or two, one after another in stop.sh), then ZooKeeper, which they leave."""
+        # Bookies started again from here are this process's children: signalled with the others, then reaped (a
+        # zombie would look alive to a signal, and stop.sh would wait on it); stop.sh then ends what is left.
+        children = [bookie for bookie in self.bookies if bookie.started_here]
+        for bookie in children:
+            bookie.ask_to_stop()
+        _end_processes(pid for name in ("writer", "autorecovery", *(b.name for b in self.bookies if b not in children))
+                       if (pid := self.kit_pid(name)) is not None)
+        for bookie in children:
+            bookie.stop()
         if self._zookeeper is not None and self._zookeeper.poll() is None:
             self._zookeeper.terminate()
             self._zookeeper.wait(timeout=30)

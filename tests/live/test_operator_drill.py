@@ -48,7 +48,7 @@ from test_agent_service import MAIN, REPO, AgentProcess, cli, wait_for
 RULES = REPO / "conf" / "prometheus-alerts.yml"
 FILL_LEDGERS = 30  # about half of them deleted as more are written
 ROTATE_LEDGERS = 8
-RETRY_SECONDS = 5  # the agents' [repair] retry_seconds: a failed move is tried again 5 s, then 10 s later
+RETRY_SECONDS = 2  # the agents' [repair] retry_seconds: a failed move is tried again 2 s, then 4 s later
 MARKS = "/ledgers/underreplication/ledgers"
 READ_ONLY = [make_acl("world", "anyone", read=True, admin=True)]  # admin: to open them again
 # What each alert says at each verdict (every other alert of these stays quiet).
