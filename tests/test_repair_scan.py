@@ -10,6 +10,7 @@ from corpus import CORPUS, bookie_id, deleted_ledgers, scan_args
 from scanner.cli import main
 from scanner.metadata.ledger import LedgerState, parse_ledger_metadata, serialize_ledger_metadata
 from scanner.repair.marks import UnderreplicationMarks
+import scanner.scan.confirmation as confirmation
 
 # Ledgers whose copies the injected damage (and, for 46, the real ensemble change) broke on each copy.
 DAMAGED = {
@@ -61,7 +62,10 @@ def _mark(chroot, ledger_id):
     return mark_path(f"{chroot}/ledgers", ledger_id)
 
 
-def test_open_deleted_and_moved_ledgers_are_not_marked(capsys, zookeeper, zk_client, zk_load_dump):
+def test_open_deleted_and_moved_ledgers_are_not_marked(capsys, zookeeper, zk_client, zk_load_dump, monkeypatch):
+    # The ledgers rewritten here are judged at once, not 15 s after their change: what is under test is how they are
+    # judged (tests/test_just_closed_ledgers.py tests the wait).
+    monkeypatch.setattr(confirmation, "SETTLE_SECONDS", 0.0)
     chroot = zk_load_dump(CORPUS / "zk-dump.json")
     me = bookie_id("bookie1")
 
