@@ -388,17 +388,18 @@ class LiveCluster:
                     writer.kill()
                     writer.wait()
 
-    def fill(self, ledgers: int, seed: int, side_by_side: int = 4, keep: bool = False,
+    def fill(self, ledgers: int, seed: int, side_by_side: int = 4, deletes: str = "half",
              timeout: float = 300.0) -> str:
-        """Write ``ledgers`` closed ledgers, ``side_by_side`` at a time, and delete about half of the older ones (none
-        with ``keep``) (``tests/live/LedgerFill.java``: BookKeeper's own client, pipelined adds); waited for. Its
-        output.
+        """Write ``ledgers`` closed ledgers, ``side_by_side`` at a time (``tests/live/LedgerFill.java``: BookKeeper's
+        own client, pipelined adds), and delete about half of the older ones as it goes (``deletes="half"``), none
+        (``"none"``), or all once written (``"all"``: ledgers that only rotate the logs past those written before,
+        and leave nothing just closed for a pass to wait on); waited for. Its output.
 
         Where a test needs data to damage, this writes it in seconds; the kit's writer (``write``) is for load
         that lasts a time."""
         done = subprocess.run(
             self.kit_java("LedgerFill", self.metadata_uri, str(ledgers), str(seed), str(side_by_side),
-                          *(["keep"] if keep else []), classes=self._compiled(_FILL_SOURCE)),
+                          deletes, classes=self._compiled(_FILL_SOURCE)),
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0 or "DONE" not in done.stdout:
             raise LiveClusterError(f"LedgerFill exited with {done.returncode}: {done.stdout[-1500:]}"

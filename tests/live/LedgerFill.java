@@ -16,13 +16,14 @@ import org.apache.bookkeeper.conf.ClientConfiguration;
  * ledgers the tests damage, written in seconds where the kit's Writer (one synchronous add at a time, for a time)
  * takes tens of them.
  *
- * Usage: java -cp LIVEBK_LIB/*:CLASSES LedgerFill METADATA_SERVICE_URI LEDGERS SEED [SIDE_BY_SIDE [keep]]
+ * Usage: java -cp LIVEBK_LIB/*:CLASSES LedgerFill METADATA_SERVICE_URI LEDGERS SEED [SIDE_BY_SIDE [half|none|all]]
  * Ledgers as the kit's Writer makes them (ensemble 3, write quorum 2 or 3 in turn, ack quorum 2, digests CRC32,
  * CRC32C, MAC and DUMMY in turn, the kit's password), SIDE_BY_SIDE (default 4) at a time with their adds
  * interleaved and pipelined (so each entry log holds records of several, in the order the bookie got them), 20-120
  * entries each of 100 B-16 KiB, one in eight up to 64 KiB. After each ledger is closed, one of the older ones (never
- * the two newest) is deleted half the time, so garbage collection and compaction rewrite logs; with "keep", none is
- * (every log stays full of live records, and is not compacted). Prints a line per
+ * the two newest) is deleted half the time, so garbage collection and compaction rewrite logs ("half", the default);
+ * with "none", none is (every log stays full of live records, and is not compacted); with "all", every one is once
+ * all are written (their records only push the entry logs past the ledgers written before). Prints a line per
  * ledger closed ("ledger=ID ...") and per ledger deleted ("deleted=ID"), then a "DONE ..." line.
  */
 public class LedgerFill {
@@ -36,7 +37,10 @@ public class LedgerFill {
         int ledgers = Integer.parseInt(args[1]);
         Random rnd = new Random(Long.parseLong(args[2]));
         int sideBySide = args.length > 3 ? Integer.parseInt(args[3]) : 4;
-        boolean keep = args.length > 4 && args[4].equals("keep");
+        String deletes = args.length > 4 ? args[4] : "half";
+        if (!List.of("half", "none", "all").contains(deletes)) {
+            throw new IllegalArgumentException("deletes: half, none or all, not " + deletes);
+        }
         byte[] password = "livebk".getBytes(StandardCharsets.UTF_8);
         List<Long> closed = new ArrayList<>();
         long entries = 0;
@@ -88,13 +92,21 @@ public class LedgerFill {
                     System.out.printf("ledger=%d digest=%s ens=3 wq=%d aq=2 entries=%d%n", handles[i].getId(),
                             handles[i].getLedgerMetadata().getDigestType(), handles[i].getLedgerMetadata()
                                     .getWriteQuorumSize(), counts[i]);
-                    if (!keep && closed.size() > 2 && rnd.nextBoolean()) {
+                    if (deletes.equals("half") && closed.size() > 2 && rnd.nextBoolean()) {
                         long victim = closed.remove(rnd.nextInt(closed.size() - 2));
                         bk.deleteLedger(victim);
                         deleted++;
                         System.out.printf("deleted=%d%n", victim);
                     }
                 }
+            }
+            if (deletes.equals("all")) {
+                for (long victim : closed) {
+                    bk.deleteLedger(victim);
+                    deleted++;
+                    System.out.printf("deleted=%d%n", victim);
+                }
+                closed.clear();
             }
         }
         System.out.printf("DONE created=%d deleted=%d live=%d entries=%d MB=%.1f%n",

@@ -133,7 +133,7 @@ def test_the_image_is_small_runs_as_its_own_user_and_has_no_compiler_and_no_jvm(
 def test_the_container_beside_a_live_bookie_finds_a_flipped_byte_and_marks_its_ledger(podman, image, tmp_path):
     with LiveCluster(tmp_path / "bk") as cluster:
         cluster.fill(20, seed=1)
-        cluster.fill(8, seed=3)  # rotates the logs past the first ledgers: flushed, damageable
+        cluster.fill(8, seed=3, deletes="all")  # rotates the logs past the first ledgers: flushed, damageable
         bookie = cluster.bookies[1]  # DbLedgerStorage, as Pulsar's bookies run: RocksDB read from a read-only mount
         state = tmp_path / "state"
         state.mkdir()

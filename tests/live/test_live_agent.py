@@ -128,7 +128,7 @@ def test_agents_beside_a_live_cluster_find_every_injected_fault_and_nothing_else
             cluster.fill(30, seed=1)
             # The newest of them may be in the journal only (an .idx bookie checkpoints when its entry log
             # rotates): a few more rotate logs past them, so they are all flushed and can be damaged.
-            cluster.fill(8, seed=3)
+            cluster.fill(8, seed=3, deletes="all")
             damaged = cluster.bookies[0]
             damaged.stop()
             injected = _inject(damaged, cluster.metadata_uri)

@@ -42,7 +42,7 @@ ENOUGH_ENTRIES = int(os.environ.get("ENOUGH_ENTRIES", "2000"))
 # make up the entries. A scan that meets a ledger closed moments ago waits for it to settle (15 s): about one in three
 # beside the writer does.
 FILLED_LEDGERS = 20
-WRITING_SCANS = 5
+WRITING_SCANS = 6  # with the 24 after the writer: the 30 scans asserted
 NOT_DAMAGE = {"orphan_ledger"}
 LOG_SIZE = 8 << 20  # bookie3's logSizeLimit here (see the module doc)
 SCANS_AFTER = 8  # scans after the writer, with the bookie stopped, and after its restart (each)
@@ -107,7 +107,7 @@ def test_a_direct_entry_logger_bookie_scanned_during_and_after_writes_and_a_rest
         bookie.restart()
         ledger_dir = bookie.ledger_dir
 
-        cluster.fill(FILLED_LEDGERS, seed=1, keep=True)
+        cluster.fill(FILLED_LEDGERS, seed=1, deletes="none")
         cluster.write(seconds=SECONDS, seed=5)
         while cluster.kit_pid("writer") is not None:
             before = _zero_logs(ledger_dir)

@@ -178,7 +178,7 @@ def test_health_status_metrics_marks_and_alerts_tell_the_same_story_at_every_sta
             for agent in agents.values():
                 agent.start().wait_ready(timeout=60)
             cluster.fill(FILL_LEDGERS, seed=1)
-            cluster.fill(ROTATE_LEDGERS, seed=3)  # rotates the logs past them: flushed, damageable
+            cluster.fill(ROTATE_LEDGERS, seed=3, deletes="all")  # rotates the logs past them: flushed, damageable
             # Read-only before the damage: the agents scan every few seconds, and one that found the damage
             # while the marks were writable would mark it and try to move it (to no spare: "repairing").
             _set_acl_under(zk, MARKS, READ_ONLY)

@@ -191,7 +191,7 @@ def test_every_injected_fault_ends_with_every_copy_good_without_a_human(tmp_path
             # the deletes; a few more rotate the logs past them: all are flushed then, also on the .idx bookie,
             # which checkpoints only when a log rotates.
             cluster.fill(FILL_LEDGERS, seed=1)
-            cluster.fill(ROTATE_LEDGERS, seed=3)
+            cluster.fill(ROTATE_LEDGERS, seed=3, deletes="all")
             injected, touched = [], []
             with open_metadata(cluster.metadata_uri) as store:
                 for bookie in cluster.bookies[:2]:

@@ -33,9 +33,11 @@ def _spanning_ledger(cluster, bookie):
     in /r2 and /r3: with /r1's other bookie down, an enforced policy has nowhere to go."""
     for seed in (1, 2, 3, 4, 5, 6):
         cluster.fill(16, seed=seed)
-        cluster.fill(4, seed=50 + seed)  # rotates the logs past them, so they are flushed
         with open_metadata(cluster.metadata_uri) as store:
-            for m in filter(None, map(store.ledger, store.ledger_ids())):
+            written = list(store.ledger_ids())
+        cluster.fill(4, seed=50 + seed, deletes="all")  # rotates the logs past them, so they are flushed
+        with open_metadata(cluster.metadata_uri) as store:
+            for m in filter(None, map(store.ledger, written)):
                 if (m.is_closed and m.digest_type is not DigestType.DUMMY and len(m.segments) == 1
                         and bookie.bookie_id in m.segments[0][1] and m.last_entry_id > 20
                         and sorted(_racks(m.segments[0][1])) == ["/r1", "/r2", "/r3"]):

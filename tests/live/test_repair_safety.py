@@ -164,8 +164,8 @@ def test_damage_in_most_entry_logs_trips_the_breaker_within_the_first_pass(tmp_p
     with LiveCluster(tmp_path / "bk", bookie_count=4) as cluster:
         bookie2 = cluster.bookies[1]
         # Logs full of live records: none is compacted (which would gather the damage of several into one) meanwhile.
-        cluster.fill(40, seed=1, keep=True)
-        cluster.fill(6, seed=3, keep=True)  # rotates the logs past them, so they are flushed
+        cluster.fill(40, seed=1, deletes="none")
+        cluster.fill(6, seed=3, deletes="none")  # rotates the logs past them, so they are flushed
         bookie2.stop()
         with open_metadata(cluster.metadata_uri) as store:
             damaged_logs, logs = _rot_in_most_logs(bookie2, store)
