@@ -42,10 +42,10 @@ ENOUGH_ENTRIES = int(os.environ.get("ENOUGH_ENTRIES", "2000"))
 # make up the entries. A scan that meets a ledger closed moments ago waits for it to settle (15 s): about one in three
 # beside the writer does.
 FILLED_LEDGERS = 20
-WRITING_SCANS = 6  # with the 24 after the writer: the 30 scans asserted
+WRITING_SCANS = 3
 NOT_DAMAGE = {"orphan_ledger"}
 LOG_SIZE = 8 << 20  # bookie3's logSizeLimit here (see the module doc)
-SCANS_AFTER = 8  # scans after the writer, with the bookie stopped, and after its restart (each)
+SCANS_AFTER = 9  # scans after the writer, with the bookie stopped, and after its restart (each)
 # A clean stop finalizes every log (ledgers map, then the header); on a loaded host it can take longer than the
 # helper's default wait before SIGKILL, which could leave a log killed half-way through that.
 STOP_SECONDS = 120
