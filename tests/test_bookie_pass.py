@@ -175,9 +175,13 @@ def _newest_log_emptied(tmp_path: Path, name: str):
     return layout, {(ledger_id, entry_id) for log_id, ledger_id, entry_id in located if log_id == newest}
 
 
-def _lost(findings) -> set[tuple[int, int]]:
-    return {(f.ledger_id, e) for f in findings if f.category.value == "lost_entry"
+def _entries_found(findings, category: str) -> set[tuple[int, int]]:
+    return {(f.ledger_id, e) for f in findings if f.category.value == category
             for first, last in f.entries for e in range(first, last + 1)}
+
+
+def _lost(findings) -> set[tuple[int, int]]:
+    return _entries_found(findings, "lost_entry")
 
 
 def test_records_still_in_the_entry_loggers_buffer_are_not_lost_when_the_journal_holds_them(tmp_path):
@@ -196,8 +200,7 @@ def test_records_still_in_the_entry_loggers_buffer_are_not_lost_when_the_journal
 
 
 def _corrupt(findings) -> set[tuple[int, int]]:
-    return {(f.ledger_id, e) for f in findings if f.category.value == "corrupt_entry"
-            for first, last in f.entries for e in range(first, last + 1)}
+    return _entries_found(findings, "corrupt_entry")
 
 
 def test_a_corrupt_record_of_an_entry_the_journal_holds_again_is_not_judged_until_the_index_names_the_new_one(
