@@ -97,6 +97,21 @@ def test_a_pass_that_does_not_meet_a_finding_again_ends_it_into_the_history(book
     assert [e.finding for e in book.awaiting_marks() if e.finding.ledger_id == 2] == [corrupt(2, 7)]
 
 
+def test_a_pass_does_not_end_the_findings_of_a_ledger_it_could_not_judge(book):
+    # During a ZooKeeper outage a pass walks past the records of a ledger whose metadata it never read: it did not
+    # look for that ledger's damage, so it cannot say the damage is gone.
+    orphan = Finding(Category.ORPHAN_LEDGER, 9, (), None, None, "deleted; records in entry log 0")
+    book.begin_pass(DIR_A)
+    book.record(DIR_A, [orphan, corrupt(2, 7)])
+    book.clock.now = 2000.0
+    book.begin_pass(DIR_A)
+    ended = book.end_pass(DIR_A, "not found again by pass 2", unjudged={9})
+    assert [e.key.ledger_id for e in ended] == [2]
+    assert [e.finding for e in book.open_findings()] == [orphan]
+    book.begin_pass(DIR_A)
+    assert [e.key.ledger_id for e in book.end_pass(DIR_A, "not found again by pass 3")] == [9]
+
+
 def test_a_narrower_scan_ends_what_it_covers_and_no_longer_finds(book):
     book.begin_pass(DIR_A)
     damaged_log = Finding(Category.DAMAGED_ENTRY_LOG, None, None, 3, 8, "ledgers map offset outside the data")

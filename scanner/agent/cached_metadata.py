@@ -11,7 +11,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from kazoo.protocol.states import KazooState
 
-from scanner.metadata.store import LedgerRead, MetadataUnavailable, ZNode
+from scanner.metadata.store import LedgerRead, MetadataNeverRead, MetadataUnavailable, ZNode
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ READERS = 4
 class CachedMetadata:
     """Wraps a store: reads go to it while it answers, to the last copy read while it does not.
 
-    A ledger never read before still raises MetadataUnavailable during an outage: the caller waits.
+    A ledger never read before raises MetadataNeverRead during an outage: the caller waits, or goes on without it.
     """
 
     def __init__(self, store, capacity: int = CACHED_LEDGERS):
@@ -98,7 +98,8 @@ class CachedMetadata:
         with self._lock:
             if ledger_id in self._ledgers:
                 return self._ledgers[ledger_id]
-        raise error or MetadataUnavailable(f"metadata unreachable and ledger {ledger_id} not read before")
+        why = f" ({error})" if error is not None else ""
+        raise MetadataNeverRead(f"metadata unreachable{why} and ledger {ledger_id} not read before")
 
     def ledger_ids(self):
         if self.client is None or self.client.connected:

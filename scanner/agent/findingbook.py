@@ -33,7 +33,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -186,15 +186,16 @@ class FindingBook:
             self._db.execute("INSERT OR REPLACE INTO passes (ledger_dir, started_seq) VALUES (?, ?)",
                              (ledger_dir, self._seq))
 
-    def end_pass(self, ledger_dir: str, why: str) -> list[BookEntry]:
-        """The pass of ``ledger_dir`` ended: its findings not met since it began end (not the follow-up's own)."""
+    def end_pass(self, ledger_dir: str, why: str, unjudged: Collection[int] = ()) -> list[BookEntry]:
+        """The pass of ``ledger_dir`` ended: its findings not met since it began end (not the follow-up's own, nor
+        those of ``unjudged`` ledgers, which the pass could not judge)."""
         with self._lock, self._writing():
             started = self._pass_start(ledger_dir)
             if started is None:
                 return []
             with self._transaction():
                 ended = self._end_where("ledger_dir = ? AND seen_seq < ? AND category != ?",
-                                        (ledger_dir, started, Category.UNREPAIRED.value), why)
+                                        (ledger_dir, started, Category.UNREPAIRED.value), why, spared=unjudged)
             self._remember_ended(ended)
         return ended
 
@@ -283,10 +284,13 @@ class FindingBook:
             self.new_by_category[finding.category.value] += 1
         return opened
 
-    def _end_where(self, condition: str, parameters: tuple, why: str, keep: set[str] = frozenset()) -> list[BookEntry]:
+    def _end_where(self, condition: str, parameters: tuple, why: str, keep: set[str] = frozenset(),
+                   spared: Collection[int] = ()) -> list[BookEntry]:
+        """End the findings ``condition`` selects, but those whose key is in ``keep`` or ledger in ``spared``."""
         rows = self._db.execute(f"SELECT key, {_COLUMNS} FROM findings WHERE {condition}", parameters).fetchall()
         now = self._clock()
-        ended = [dataclasses.replace(_entry(row[1:]), ended=now, why=why) for row in rows if row[0] not in keep]
+        ended = [dataclasses.replace(_entry(row[1:]), ended=now, why=why) for row in rows
+                 if row[0] not in keep and row[3] not in spared]
         self._db.executemany("DELETE FROM findings WHERE key = ?", [(e.key.text(),) for e in ended])
         return ended
 

@@ -430,7 +430,9 @@ class LedgerDirWorker:
         now = self.clock()
         # What the pass did not meet again ends before the pass counts as done: whoever sees the count (health,
         # status) sees its findings ended. A crash in between finishes the pass again, which ends nothing more.
-        self.book.end_pass(self.ledger_dir, f"not found again by pass {cursor.passes_completed + 1}")
+        full = self._pass
+        self.book.end_pass(self.ledger_dir, f"not found again by pass {cursor.passes_completed + 1}",
+                           unjudged=full.metadata_unread if full is not None else ())
         self.cursor = cursor.advanced(phase=WAITING, passes_completed=cursor.passes_completed + 1,
                                       last_pass_finished=now, bytes_done=cursor.bytes_total)
         self._save()

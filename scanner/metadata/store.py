@@ -34,6 +34,11 @@ class MetadataMisconfigured(MetadataUnavailable):
     refused): waiting will not fix it."""
 
 
+class MetadataNeverRead(MetadataUnavailable):
+    """The metadata cannot be read now, and the ledger's was never read before to stand in for it (an agent's cache
+    of the last copies read, during a ZooKeeper outage)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ZNode:
     path: str

@@ -27,6 +27,7 @@ from typing import Callable
 
 from scanner.checks.findings import Finding
 from scanner.checks.ledger_check import RecordFault
+from scanner.metadata.store import MetadataNeverRead
 from scanner.scan.confirmation import Confirmation
 from scanner.scan.index_step import IndexStep, RecordingVerifier
 from scanner.scan.ledger_table import LedgerTable
@@ -77,6 +78,7 @@ class BookiePass(IndexStep, LogWalks, Confirmation):
         self._unindexed: dict[int, RecordingVerifier] = {}  # placed on this bookie by the metadata, not in the index
         self._not_found: list[int] = []  # `.idx`: placed on this bookie, no index file where the bookie looks
         self._unlisted: dict[int, DigestVerifier | None] = {}  # ledgers only the logs named, read once
+        self.metadata_unread: set[int] = set()  # of those, ledgers whose metadata was out of reach: not judged
         self._recheck: set[int] = set()  # ledgers with index findings, judged again on fresh reads
         self._reported: dict[int, set[int]] = defaultdict(set)  # entries already in a finding, per ledger
         self._proven_lengths: dict[tuple[int, int], int] = {}  # (log, pos) of entries cut short -> their length
@@ -121,9 +123,19 @@ class BookiePass(IndexStep, LogWalks, Confirmation):
             return verifier
         if ledger_id in self._unlisted:
             return self._unlisted[ledger_id]
-        if ledger_id in self._absent or ledger_id in self.undecodable:
+        if ledger_id in self._absent or ledger_id in self.undecodable or ledger_id in self.metadata_unread:
             return None
-        read = self.store.ledger_batch([ledger_id])[0]  # a ledger the index does not list: deleted, mostly
+        try:
+            read = self.store.ledger_batch([ledger_id])[0]  # a ledger the index does not list: deleted, mostly
+        except MetadataNeverRead:
+            # ZooKeeper is down and the agent never read this ledger: its records are not read by the bookie (no
+            # index names them), so the walk goes on without them rather than stall the pass for the outage.
+            if not self.metadata_unread:
+                log.warning("the walk passes the records of ledger %d (not in the index, its metadata not read before "
+                            "the outage) and of any other such ledger unverified; the next pass judges them",
+                            ledger_id)
+            self.metadata_unread.add(ledger_id)
+            return None
         verifier = None
         if read.error is not None:
             self._undecodable(ledger_id, read.error)
