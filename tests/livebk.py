@@ -37,6 +37,10 @@ import pytest
 LIVEBK = Path(__file__).resolve().parents[2] / "shared" / "livebk"
 LEDGER_PASSWORD = b"livebk"
 BOOKIE_COUNT = 3
+# What a writer's ack quorum did not wait for reaches the third bookie of a write set well within this on loopback
+# (the default, 15 s, is for real networks and loaded bookies): the live tests' agents and scans wait this long for
+# a ledger that just changed.
+LIVE_SETTLE_SECONDS = 4
 # bookie1 keeps .idx files, bookies 2 and 3 RocksDB; a fourth (optional) is a spare on RocksDB
 STORAGE = ("interleaved", "db", "db", "db")
 _START_ATTEMPTS = 3

@@ -70,6 +70,7 @@ def test_the_blast_radius_and_the_retries_are_configured_in_repair(tmp_path):
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[throttle]\nwindow_hours = '25:00-26:00'\n", "window_hours"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nspeed = 3\n", "'speed'"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\npace = 'fast'\n", "pace"),
+    ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nsettle_seconds = -1\n", "settle_seconds"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nretry_seconds = 0.5\n", "retry_seconds"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nretry_seconds = 601\n", "retry_seconds"),
     ("[bookie\n", "not valid TOML"),

@@ -38,7 +38,7 @@ DAMAGED_LEDGERS = {2, 3, 5, 6}
 
 
 AGENT_KEYS = ("state_dir", "listen", "checkpoint_seconds", "period_days", "period_jitter", "start_jitter_minutes",
-              "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit")
+              "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit", "settle_seconds")
 
 
 def write_config(tmp_path: Path, sample, uri: str, bookie: dict | None = None, **agent_and_throttle) -> Path:

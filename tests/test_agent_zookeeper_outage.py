@@ -81,9 +81,8 @@ def test_the_agent_scans_through_a_zookeeper_outage_and_files_each_mark_once_whe
         passes_at_outage = down["scanners"][0]["passes_completed"]
 
         # Down: the scanner keeps passing over the bookie on the metadata read before, damage is kept.
-        # (a pass can wait 15 s for the ledgers the dump loaded a moment ago to settle)
         during = wait_for(lambda: (h := agent.health())["scanners"][0]["passes_completed"] >= passes_at_outage + 2
-                          and h, 60, "no pass completed while ZooKeeper was down")
+                          and h, 30, "no pass completed while ZooKeeper was down")
         assert agent.process.poll() is None
         assert during["zookeeper_connected"] is False and during["status"] == "degraded"
         assert during["scanners"][0]["error"] is None

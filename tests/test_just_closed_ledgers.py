@@ -33,7 +33,7 @@ SETTLE = 2.0
 
 
 @pytest.fixture
-def just_closed(tmp_path, zookeeper, zk_client, zk_load_dump, monkeypatch):
+def just_closed(tmp_path, zookeeper, zk_client, zk_load_dump):
     """The sample bookie with ledger ``HEALTHY``'s index file away (its entries not arrived), the ledger's metadata
     changed now (as its close changes it), a ZooKeeper store, and ``arrives(on_wait)``: what happens while the
     pass waits for the ledger to settle."""
@@ -46,7 +46,6 @@ def just_closed(tmp_path, zookeeper, zk_client, zk_load_dump, monkeypatch):
     store = open_metadata(f"zk://{zookeeper.connect_string}{chroot}/ledgers")
     path = ledger_path(store.manager, store.root, HEALTHY)
     zk_client.set(path, zk_client.get(path)[0])  # the close: same bytes here, a change of the znode all the same
-    monkeypatch.setattr(confirmation, "SETTLE_SECONDS", SETTLE)
     pacer = _SettlingPacer()
 
     def arrives(on_wait):
@@ -71,9 +70,9 @@ class _SettlingPacer(Unpaced):
         time.sleep(seconds)
 
 
-def _findings_about(layout, store, scratch, ledger_id, pacer):
+def _findings_about(layout, store, scratch, ledger_id, pacer, settle_seconds=SETTLE):
     with BookiePass(open_bookie(layout, scratch), store, layout.bookie_id, scratch,
-                    lambda: open_bookie(layout, scratch), pacer) as whole:
+                    lambda: open_bookie(layout, scratch), pacer, settle_seconds=settle_seconds) as whole:
         try:
             return [f for f in whole.run() if f.ledger_id == ledger_id and not f.category.informational]
         finally:
@@ -95,21 +94,21 @@ def test_entries_still_absent_once_a_just_closed_ledger_settled_are_missing(just
     assert len(just_closed.waits) == 1
 
 
-def test_a_ledger_whose_metadata_settled_long_ago_is_judged_without_waiting(just_closed, tmp_path, monkeypatch):
-    monkeypatch.setattr(confirmation, "SETTLE_SECONDS", 0.0)
+def test_a_ledger_whose_metadata_settled_long_ago_is_judged_without_waiting(just_closed, tmp_path):
     just_closed.arrives(just_closed.restore)
-    found = _findings_about(just_closed.layout, just_closed.store, tmp_path, HEALTHY, just_closed.pacer)
+    found = _findings_about(just_closed.layout, just_closed.store, tmp_path, HEALTHY, just_closed.pacer,
+                            settle_seconds=0.0)
     assert [f.category.value for f in found] == ["missing_ledger"] and just_closed.waits == []
 
 
 def test_sigterm_while_a_just_closed_ledger_settles_stops_the_agent_at_once(just_closed, tmp_path):
-    config = write_config(tmp_path, just_closed.sample, just_closed.uri)
+    config = write_config(tmp_path, just_closed.sample, just_closed.uri, settle_seconds=60)
     log = tmp_path / "agent.err"
     agent = AgentProcess(config, tmp_path / "state", log).start()
     try:
-        # The agent's own settling time (15 s): the ledger changed just before the agent started.
-        wait_for(lambda: log.exists() and f"(first: {HEALTHY}): judged again in" in log.read_text(), 30,
-                 "the pass did not wait for the ledger to settle")
+        # The agent's settling time, as its config sets it: the ledger changed just before the agent started.
+        wait_for(lambda: log.exists() and f"changed in the last 60s (first: {HEALTHY}): judged again in"
+                 in log.read_text(), 30, "the pass did not wait for the ledger to settle")
         asked = time.monotonic()
         agent.process.send_signal(signal.SIGTERM)
         assert agent.process.wait(timeout=30) == 0

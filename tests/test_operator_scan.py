@@ -124,6 +124,7 @@ def test_a_broken_idx_file_is_a_finding_about_its_ledger(tmp_path, capsys):
     (["--ledger", "999999"], "ledger 999999 is neither in this bookie's index nor in the metadata"),
     (["--entry-log", "99"], "entry log 99 (63.log) is in none of the ledger dirs"),
     (["--entry-log", "0xzz"], "argument --entry-log: entry log '0xzz': expected a decimal id (26), 0x1a or 1a.log"),
+    (["--settle-seconds", "-1"], "--settle-seconds must be 0 to 3600, got -1"),
 ])
 def test_ids_and_rates_that_name_nothing_are_one_line_usage_errors(capsys, args, says):
     assert main(["scan", "--full-speed", *scan_args("bookie1"), "--metadata", f"file:{DUMP}", *args]) == 2

@@ -10,7 +10,6 @@ from corpus import CORPUS, bookie_id, deleted_ledgers, scan_args
 from scanner.cli import main
 from scanner.metadata.ledger import LedgerState, parse_ledger_metadata, serialize_ledger_metadata
 from scanner.repair.marks import UnderreplicationMarks
-import scanner.scan.confirmation as confirmation
 
 # Ledgers whose copies the injected damage (and, for 46, the real ensemble change) broke on each copy.
 DAMAGED = {
@@ -62,10 +61,7 @@ def _mark(chroot, ledger_id):
     return mark_path(f"{chroot}/ledgers", ledger_id)
 
 
-def test_open_deleted_and_moved_ledgers_are_not_marked(capsys, zookeeper, zk_client, zk_load_dump, monkeypatch):
-    # The ledgers rewritten here are judged at once, not 15 s after their change: what is under test is how they are
-    # judged (tests/test_just_closed_ledgers.py tests the wait).
-    monkeypatch.setattr(confirmation, "SETTLE_SECONDS", 0.0)
+def test_open_deleted_and_moved_ledgers_are_not_marked(capsys, zookeeper, zk_client, zk_load_dump):
     chroot = zk_load_dump(CORPUS / "zk-dump.json")
     me = bookie_id("bookie1")
 
@@ -87,7 +83,9 @@ def test_open_deleted_and_moved_ledgers_are_not_marked(capsys, zookeeper, zk_cli
     spare = "127.0.0.1:3999"
     rewrite(21, segments=tuple((first, tuple(spare if b == me else b for b in bookies))
                                for first, bookies in meta21.segments))
-    status, report = scan_mark(capsys, zookeeper.connect_string, chroot, "bookie1")
+    # The ledgers rewritten here are judged at once, not 15 s after their change: what is under test is how they are
+    # judged (tests/test_just_closed_ledgers.py tests the wait).
+    status, report = scan_mark(capsys, zookeeper.connect_string, chroot, "bookie1", "--settle-seconds", "0")
     marked = set(UnderreplicationMarks(zk_client, f"{chroot}/ledgers").marked_ledgers())
     assert marked == DAMAGED["bookie1"] - {19, 21, 22}
     repair = report["repair"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from scanner.repair.backoff import FIRST_RETRY_SECONDS, RETRY_LIMIT_SECONDS
 from scanner.repair.blast_radius import BlastRadius
 from scanner.repair.placement.settings import PLACEMENTS, PlacementSettings
+from scanner.scan.settling import SETTLE_SECONDS
 from scanner.storage.layout import BookieLayout, discover_layout
 from scanner.units import parse_quantity
 from throttle import AllowedWindows, BackoffPolicy
@@ -65,6 +66,7 @@ class AgentConfig:
     pace: str
     suspect_window_seconds: float
     suspect_limit: int
+    settle_seconds: float  # a ledger whose metadata changed less than this ago is judged once this has passed
     throttle: ThrottleConfig
     mark: bool
     repair_command: str | None
@@ -87,7 +89,7 @@ _KNOWN = {
     "bookie": {"conf", "conf_from_env", "home", "ledger_dirs", "bookie_id", "log_files"},
     "metadata": {"uri"},
     "agent": {"state_dir", "listen", "checkpoint_seconds", "period_days", "period_jitter", "start_jitter_minutes",
-              "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit"},
+              "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit", "settle_seconds"},
     "throttle": {"bytes_per_second", "entries_per_second", "window_hours", "window_days", "outside_rate",
                  "busy_threshold", "idle_threshold", "floor", "disk_backoff"},
     "repair": {"mark", "repair_command", "rereplicate", "copy_bytes_per_second", "retry_seconds", "moves_per_hour",
@@ -226,6 +228,7 @@ def load_config(path: Path, environ: Mapping[str, str] = os.environ) -> AgentCon
         pace=agent.choice("pace", PACE_AT_RATE, PACES),
         suspect_window_seconds=agent.number("suspect_window_minutes", 10) * 60,
         suspect_limit=int(agent.number("suspect_limit", 10000, low=1)),
+        settle_seconds=agent.number("settle_seconds", SETTLE_SECONDS, high=3600),
         throttle=_throttle(throttle),
         mark=repair.flag("mark", False),
         repair_command=repair.text("repair_command"),

@@ -222,7 +222,7 @@ class Agent:
         return WorkerSettings(self.layout, self.state_dir, config.period_seconds, config.checkpoint_seconds,
                               config.throttle.bytes_per_second, config.throttle.entries_per_second,
                               spread_evenly=config.pace == PACE_SPREAD, period_jitter=config.period_jitter,
-                              start_jitter_seconds=config.start_jitter_seconds)
+                              start_jitter_seconds=config.start_jitter_seconds, settle_seconds=config.settle_seconds)
 
     def _pacer(self, index: int) -> MeteredPacer:
         throttle = self.config.throttle

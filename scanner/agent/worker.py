@@ -64,6 +64,7 @@ class WorkerSettings:
     spread_evenly: bool = False  # pace a pass over the whole period instead of reading at the cap
     period_jitter: float = 0.0
     start_jitter_seconds: float = 0.0
+    settle_seconds: float | None = None  # None: the scan's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +330,7 @@ class LedgerDirWorker:
 
         with BookiePass(storage, self.metadata, self.settings.layout.bookie_id, self._work_dir(),
                         lambda: open_bookie(self.settings.layout, work_dir=self._work_dir()),
-                        self._suspect_pacing()) as logs:
+                        self._suspect_pacing(), settle_seconds=self.settings.settle_seconds) as logs:
             for log_file in logs.log_files:
                 if log_file.ledger_dir_index == self.index and log_file.entry_log_id == entry_log_id:
                     try:
@@ -384,7 +385,8 @@ class LedgerDirWorker:
         try:
             full = BookiePass(storage, self.metadata, self.settings.layout.bookie_id, self._work_dir(),
                               lambda: open_bookie(self.settings.layout, work_dir=self._work_dir()),
-                              _YieldingPacer(self.pass_pacer, must_yield, self.heartbeat), dir_index=self.index)
+                              _YieldingPacer(self.pass_pacer, must_yield, self.heartbeat), dir_index=self.index,
+                              settle_seconds=self.settings.settle_seconds)
             try:
                 full.read_index()
                 full.read_cluster()

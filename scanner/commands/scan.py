@@ -12,6 +12,7 @@ from scanner.commands import values
 from scanner.commands.bookie_args import (add_bookie_options, add_metadata_option, bookie_layout, metadata_store,
                                           metadata_uri)
 from scanner.commands.output import add_format_option
+from scanner.scan.settling import SETTLE_SECONDS
 
 DESCRIPTION = """\
 Scan one bookie once, read-only, and report what BP-24 calls the three conditions:
@@ -56,6 +57,10 @@ def register(subparsers) -> None:
     parser.add_argument("--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
                         help="ledger dirs scanned at once, each in a process of its own (default: the number of "
                              "CPUs; a bookie with one ledger dir is scanned by one process)")
+    parser.add_argument("--settle-seconds", metavar="S", type=float, default=SETTLE_SECONDS,
+                        help="a ledger whose metadata changed (a close, an ensemble change) less than S seconds ago "
+                             "is judged once they have passed: its last entries may still be on their way to this "
+                             f"bookie after its writer's ack quorum had them (default: {SETTLE_SECONDS:g}; 0: at once)")
     add_format_option(parser)
     repair = parser.add_argument_group("repair (default: report only)")
     repair.add_argument("--mark", action="store_true",
@@ -80,6 +85,8 @@ def run(args) -> int:
 
     if args.jobs < 1:
         raise UsageError(f"--jobs must be 1 or more, got {args.jobs}")
+    if not 0 <= args.settle_seconds <= 3600:
+        raise UsageError(f"--settle-seconds must be 0 to 3600, got {args.settle_seconds:g}")
     rate = reading_rate(args)
     if args.marks_per_second < 0:
         raise UsageError(f"--marks-per-second must be 0 (unlimited) or more, got {args.marks_per_second:g}")
@@ -96,7 +103,8 @@ def run(args) -> int:
             parallel = ParallelDirs(metadata_uri(args, layout), args.jobs, rate)
             report = scan_bookie(storage, store, layout.bookie_id, layout.storage, ledgers=args.ledger,
                                  entry_logs=args.entry_log, pacer=Pacer(bytes_per_second=rate),
-                                 progress=ProgressLine(), scratch=Path(work_dir), parallel=parallel)
+                                 progress=ProgressLine(), scratch=Path(work_dir), parallel=parallel,
+                                 settle_seconds=args.settle_seconds)
             report.not_owed = not_owed(storage, store, layout.bookie_id, args.ledger or [])
         report.name_ledgers(store)
         repair = None

@@ -20,17 +20,13 @@ from scanner.checks.ledger_check import RecordFault, judge_ledger, judge_record_
 from scanner.metadata.store import LedgerRead
 from scanner.scan.index_step import METADATA_BATCH
 from scanner.scan.targeted import LedgerScanner
+from scanner.scan.settling import settles_at
 from scanner.storage.bookie import BookieStorage
 from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entrylog import EntryLogError, MissingEntryLog
 from scanner.storage.journal import pending_entries
 
 log = logging.getLogger(__name__)
-
-# A ledger closed by its writer once an ack quorum had its last entries can still be on its way to the other
-# bookies of its write sets: damage is judged only on metadata this old (a slow bookie lagged ~1 s on a
-# loaded machine).
-SETTLE_SECONDS = 15.0
 
 
 class Confirmation:
@@ -42,7 +38,7 @@ class Confirmation:
 
         ``with_index``: ledgers whose conditions 1 and 2 are judged (on the index read now);
         ``faults``: records the walk found wrong, each re-read where the index points now.
-        A ledger whose metadata changed less than ``SETTLE_SECONDS`` ago is judged once that time has passed
+        A ledger whose metadata changed less than ``settle_seconds`` ago is judged once that time has passed
         (unless ``settled``): closed by an ack quorum, it may not have reached this bookie in full yet.
         A ledger found with records lost in an entry log that is gone now is judged once more on an index opened
         after (``again``): compaction may have moved the records and removed the log after the fresh index was
@@ -65,9 +61,9 @@ class Confirmation:
         with self.reopen() as fresh, LedgerScanner(fresh, self.store, self.bookie_id) as scanner:
             for start in range(0, len(ledgers), METADATA_BATCH):
                 for read in self.store.ledger_batch(ledgers[start:start + METADATA_BATCH]):
-                    settles_at = None if settled else _settles_at(read)
-                    if settles_at is not None:
-                        unsettled[read.ledger_id] = settles_at
+                    settles = None if settled else settles_at(read, self.settle_seconds)
+                    if settles is not None:
+                        unsettled[read.ledger_id] = settles
                         continue
                     counted = self.totals.journaled
                     findings.extend(self._confirm_ledger(scanner, read, faults.get(read.ledger_id, ()),
@@ -87,7 +83,7 @@ class Confirmation:
         if unsettled:
             wait = max(0.0, max(unsettled.values()) - time.time())
             log.info("%d ledger(s) changed in the last %gs (first: %s): judged again in %.1fs, once what their "
-                     "writer's ack quorum did not wait for has arrived", len(unsettled), SETTLE_SECONDS,
+                     "writer's ack quorum did not wait for has arrived", len(unsettled), self.settle_seconds,
                      min(unsettled), wait)
             self.pacer.pause(wait)
             findings.extend(self._confirm(sorted(unsettled), faults, with_index & unsettled.keys(), settled=True,
@@ -181,12 +177,3 @@ def _entries(finding: Finding) -> Iterator[int]:
     for first, last in finding.entries or ():
         yield from range(first, last + 1)
 
-
-def _settles_at(read: LedgerRead) -> float | None:
-    """When (``time.time()``) a ledger whose metadata changed less than ``SETTLE_SECONDS`` ago settles; None for
-    metadata older than that, or whose change time the store does not know (a dump)."""
-    if read.meta is None or read.modified_ms is None:
-        return None
-    settles_at = read.modified_ms / 1000 + SETTLE_SECONDS
-    # ZooKeeper's clock, not ours: a change stamped in our future waits no longer than the whole settling time
-    return min(settles_at, time.time() + SETTLE_SECONDS) if settles_at > time.time() else None

@@ -36,6 +36,7 @@ from scanner.scan.log_walks import LogWalks
 from scanner.scan.orphans import OrphanTrace, orphan_findings
 from scanner.scan.pacing import Pacer, Unpaced
 from scanner.scan.record_walk_types import KnownLedgers
+from scanner.scan.settling import SETTLE_SECONDS
 from scanner.scan.targeted import verifier_of
 from scanner.scan.totals import ScanTotals
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size
@@ -55,7 +56,8 @@ class BookiePass(IndexStep, LogWalks, Confirmation):
     """
 
     def __init__(self, storage: BookieStorage, store, bookie_id: str, scratch: Path | None,
-                 reopen: Callable[[], BookieStorage], pacer: Pacer | None = None, dir_index: int | None = None):
+                 reopen: Callable[[], BookieStorage], pacer: Pacer | None = None, dir_index: int | None = None,
+                 settle_seconds: float | None = None):
         self.storage = storage
         self.store = store
         self.bookie_id = bookie_id
@@ -63,6 +65,7 @@ class BookiePass(IndexStep, LogWalks, Confirmation):
         self.reopen = reopen  # a fresh view of the bookie's index (a RocksDB view is a snapshot)
         self.pacer = pacer or Unpaced()
         self.dir_index = dir_index
+        self.settle_seconds = SETTLE_SECONDS if settle_seconds is None else settle_seconds
         self.dir_count = len(storage.layout.ledger_dirs)
         self.totals = ScanTotals()
         self.table = LedgerTable()

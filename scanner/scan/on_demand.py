@@ -27,26 +27,29 @@ class ParallelDirs:
 def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
                 ledgers: list[int] | None = None, entry_logs: list[int] | None = None,
                 pacer: Pacer | None = None, progress=None, scratch=None,
-                parallel: ParallelDirs | None = None) -> ScanReport:
+                parallel: ParallelDirs | None = None, settle_seconds: float | None = None) -> ScanReport:
     """A whole on-demand scan: a full pass, or only the ledgers (through their index) or entry logs asked for.
 
     With ``parallel`` and several ledger dirs, the full pass runs one process per dir (``parallel.jobs``
-    at once), each opening the metadata at ``parallel.metadata_uri`` itself.
+    at once), each opening the metadata at ``parallel.metadata_uri`` itself. ``settle_seconds``: how long after
+    its metadata changed a ledger is judged (None: the pass's default).
     """
     if ledgers is None and entry_logs is None:
         dirs = len(storage.layout.ledger_dirs)
         if parallel is not None and parallel.jobs > 1 and dirs > 1:
-            return _parallel_pass(storage.layout, bookie_id, storage_kind, parallel, scratch)
-        return _full_pass(storage, store, bookie_id, storage_kind, pacer, progress, scratch)
-    return _chosen(storage, store, bookie_id, storage_kind, ledgers or [], entry_logs or [], pacer, progress, scratch)
+            return _parallel_pass(storage.layout, bookie_id, storage_kind, parallel, scratch, settle_seconds)
+        return _full_pass(storage, store, bookie_id, storage_kind, pacer, progress, scratch, settle_seconds)
+    return _chosen(storage, store, bookie_id, storage_kind, ledgers or [], entry_logs or [], pacer, progress, scratch,
+                   settle_seconds)
 
 
 def _chosen(storage: BookieStorage, store, bookie_id: str, storage_kind: str, ledgers: list[int],
-            entry_logs: list[int], pacer, progress, scratch) -> ScanReport:
+            entry_logs: list[int], pacer, progress, scratch, settle_seconds) -> ScanReport:
     """The ledgers asked for, their records verified through their index; the entry logs asked for, walked whole."""
     report = ScanReport(bookie_id, storage_kind)
     with LedgerScanner(storage, store, bookie_id, pacer) as scanner, \
-            BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(storage.layout, scratch), pacer) as logs:
+            BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(storage.layout, scratch), pacer,
+                       settle_seconds=settle_seconds) as logs:
         if progress and ledgers:
             progress.start("ledgers", len(ledgers), "ledgers")
         for ledger_id in ledgers:
@@ -67,16 +70,17 @@ def _chosen(storage: BookieStorage, store, bookie_id: str, storage_kind: str, le
 
 
 def _full_pass(storage: BookieStorage, store, bookie_id: str, storage_kind: str, pacer, progress,
-               scratch) -> ScanReport:
+               scratch, settle_seconds) -> ScanReport:
     report = ScanReport(bookie_id, storage_kind)
     with BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(storage.layout, scratch),
-                    pacer) as full:
+                    pacer, settle_seconds=settle_seconds) as full:
         report.findings.extend(full.run(progress))
         report.findings.extend(storage_problems(storage.unreadable_indexes, full.undecodable))
         return _with_totals(report, full.totals)
 
 
-def _parallel_pass(layout, bookie_id: str, storage_kind: str, parallel: ParallelDirs, scratch) -> ScanReport:
+def _parallel_pass(layout, bookie_id: str, storage_kind: str, parallel: ParallelDirs, scratch,
+                   settle_seconds) -> ScanReport:
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
@@ -87,7 +91,8 @@ def _parallel_pass(layout, bookie_id: str, storage_kind: str, parallel: Parallel
     report, totals = ScanReport(bookie_id, storage_kind), ScanTotals()
     # Spawned, not forked: a fork would copy the parent's ZooKeeper and RocksDB threads half-alive.
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-        runs = [pool.submit(_dir_pass, layout, bookie_id, parallel.metadata_uri, rate, scratch, i) for i in range(dirs)]
+        runs = [pool.submit(_dir_pass, layout, bookie_id, parallel.metadata_uri, rate, scratch, settle_seconds, i)
+                for i in range(dirs)]
         seen = set()
         for run in runs:
             findings, dir_totals = run.result()
@@ -100,7 +105,7 @@ def _parallel_pass(layout, bookie_id: str, storage_kind: str, parallel: Parallel
     return _with_totals(report, totals)
 
 
-def _dir_pass(layout, bookie_id: str, metadata_uri: str, rate, scratch, dir_index: int):
+def _dir_pass(layout, bookie_id: str, metadata_uri: str, rate, scratch, settle_seconds, dir_index: int):
     """One ledger dir's full pass, in a process of its own."""
     from scanner.metadata.uri import open_metadata
     from scanner.scan import allocator
@@ -109,7 +114,7 @@ def _dir_pass(layout, bookie_id: str, metadata_uri: str, rate, scratch, dir_inde
     allocator.give_back_freed_buffers()  # a spawned process starts with the C library's defaults
     with open_metadata(metadata_uri) as store, open_bookie(layout, scratch) as storage, \
             BookiePass(storage, store, bookie_id, scratch, lambda: open_bookie(layout, scratch),
-                       RatePacer(bytes_per_second=rate), dir_index=dir_index) as full:
+                       RatePacer(bytes_per_second=rate), dir_index=dir_index, settle_seconds=settle_seconds) as full:
         own_index = str(layout.index_current_dirs[dir_index])
         findings = full.run() + storage_problems({d: why for d, why in storage.unreadable_indexes.items()
                                                   if d == own_index}, full.undecodable)

@@ -29,7 +29,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from live.faults_live import NothingToDamage, inject_all
-from livebk import LiveCluster, free_ports
+from livebk import LIVE_SETTLE_SECONDS, LiveCluster, free_ports
 from scanner.metadata.uri import open_metadata
 from scanner.repair.marks import UnderreplicationMarks
 from scanner.storage.layout import parse_properties
@@ -147,6 +147,7 @@ def test_the_container_beside_a_live_bookie_finds_a_flipped_byte_and_marks_its_l
                        "BOOKIE_SCANNER_AGENT_PERIOD_DAYS": str(5 / 86400),  # a pass every few seconds
                        "BOOKIE_SCANNER_AGENT_START_JITTER_MINUTES": "0",
                        "BOOKIE_SCANNER_AGENT_CHECKPOINT_SECONDS": "1",
+                       "BOOKIE_SCANNER_AGENT_SETTLE_SECONDS": str(LIVE_SETTLE_SECONDS),
                        "BOOKIE_SCANNER_THROTTLE_DISK_BACKOFF": "false",
                        "BOOKIE_SCANNER_REPAIR_MARK": "true",
                        "BOOKIE_SCANNER_REPAIR_REREPLICATE": "false"}

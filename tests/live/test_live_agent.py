@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from livebk import LiveCluster
+from livebk import LIVE_SETTLE_SECONDS, LiveCluster
 from scanner.metadata.uri import open_metadata
 from scanner.storage.bookie import open_bookie
 from scanner.storage.entrylog import EntryLog
@@ -42,7 +42,7 @@ def _agent_config(tmp_path: Path, bookie, metadata_uri: str) -> Path:
     text = (f'[bookie]\nconf = "{bookie.conf}"\nlog_files = ["{bookie.log}"]\n'
             f'[metadata]\nuri = "{metadata_uri}"\n'
             f'[agent]\nstate_dir = "{state}"\nlisten = "127.0.0.1:0"\ncheckpoint_seconds = 1\nstart_jitter_minutes = 0\n'
-            f'period_days = {10 / 86400}\n'
+            f'period_days = {10 / 86400}\nsettle_seconds = {LIVE_SETTLE_SECONDS}\n'
             f'[throttle]\nbytes_per_second = 50000000\ndisk_backoff = false\n'
             f'[repair]\nmark = true\n')
     path = tmp_path / f"{bookie.name}.toml"

@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from livebk import LiveCluster
+from livebk import LIVE_SETTLE_SECONDS, LiveCluster
 from scanner.cli import main
 from scanner.storage.bookie import open_bookie
 from scanner.storage.entrylog import DIRECT_BLOCK_SIZE, LEGACY_HEADER_SIZE, EntryLog
@@ -39,8 +39,8 @@ SECONDS = int(os.environ.get("LIVE_SECONDS", "90"))
 # its older ledgers as it goes), so a scan during them verifying this many ends the writes; 0: never
 ENOUGH_ENTRIES = int(os.environ.get("ENOUGH_ENTRIES", "2000"))
 # The kit's writer keeps about four ledgers of its own (it deletes as many as it creates): the ledgers written first
-# make up the entries. A scan that meets a ledger closed moments ago waits for it to settle (15 s): about one in three
-# beside the writer does.
+# make up the entries. A scan that meets a ledger closed moments ago waits for it to settle: about one in three beside
+# the writer does.
 FILLED_LEDGERS = 20
 WRITING_SCANS = 3
 NOT_DAMAGE = {"orphan_ledger"}
@@ -60,7 +60,8 @@ def _set(conf: Path, **settings) -> None:
 
 
 def _scan(capsys, bookie) -> dict:
-    status = main(["scan", "--full-speed", "--bookie-conf", str(bookie.conf), "--format", "json"])
+    status = main(["scan", "--full-speed", "--bookie-conf", str(bookie.conf), "--format", "json",
+                   "--settle-seconds", str(LIVE_SETTLE_SECONDS)])
     report = json.loads(capsys.readouterr().out)
     assert status in (0, 1), report
     return report

@@ -39,7 +39,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
 from json_schemas import assert_valid
 from live.faults_live import NothingToDamage, inject_all
-from livebk import LiveCluster
+from livebk import LIVE_SETTLE_SECONDS, LiveCluster
 from scanner.envelope import envelope
 from scanner.metadata.uri import open_metadata
 from scanner.repair.marks import lock_path, mark_path
@@ -65,6 +65,7 @@ def _agent_config(tmp_path: Path, bookie, metadata_uri: str) -> Path:
                     f'[metadata]\nuri = "{metadata_uri}"\n'
                     f'[agent]\nstate_dir = "{tmp_path / f"state-{bookie.name}"}"\nlisten = "127.0.0.1:0"\n'
                     f'checkpoint_seconds = 1\nperiod_days = {5 / 86400}\nstart_jitter_minutes = 0\n'
+                    f'settle_seconds = {LIVE_SETTLE_SECONDS}\n'
                     f'[throttle]\nbytes_per_second = 100000000\ndisk_backoff = false\n'
                     f'[repair]\nmark = true\ncopy_bytes_per_second = 0\nretry_seconds = {RETRY_SECONDS}\n')
     return path
