@@ -28,6 +28,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,12 +109,12 @@ def _end_process(pid: int, timeout: float = 20.0) -> None:
     _end_processes([pid], timeout)
 
 
-def _end_processes(pids, timeout: float = 20.0) -> None:
-    """SIGTERM to each at once, then SIGKILL to those still running after ``timeout`` seconds."""
+def _end_processes(pids, timeout: float = 20.0, kill: bool = False) -> None:
+    """SIGTERM to each at once, then SIGKILL to those still running after ``timeout`` seconds (at once if ``kill``)."""
     running = []
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
             running.append(pid)
         except ProcessLookupError:
             pass
@@ -125,6 +126,14 @@ def _end_processes(pids, timeout: float = 20.0) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def side_by_side(action, bookies) -> None:
+    """``action(bookie)`` (``LiveBookie.stop``, ``LiveBookie.start``) for each of ``bookies`` at once: a bookie's
+    clean stop or its start takes seconds of waiting of its own."""
+    bookies = list(bookies)
+    with ThreadPoolExecutor(len(bookies)) as pool:
+        list(pool.map(action, bookies))  # (raises the first failure)
 
 
 @dataclass
@@ -187,10 +196,11 @@ class LiveBookie:
     def running(self) -> bool:
         return self.pid is not None
 
-    def ask_to_stop(self) -> None:
-        """SIGTERM to the bookie if this process started it again, not waited for (``stop`` waits, and reaps it)."""
+    def ask_to_stop(self, kill: bool = False) -> None:
+        """SIGTERM (SIGKILL if ``kill``) to the bookie if this process started it again, not waited for (``stop``
+        waits, and reaps it)."""
         if self._process is not None:
-            self._process.terminate()
+            self._process.kill() if kill else self._process.terminate()
 
     def stop(self, timeout: float = 20.0) -> None:
         """End the bookie's JVM (SIGTERM: a clean shutdown, as ``kill`` in the kit's README); SIGKILL if it still
@@ -261,7 +271,7 @@ class LiveCluster:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self.stop()
+        self.stop(clean=False)
 
     def start(self, timeout: float = 180.0) -> None:
         if shutil.which("java") is None:
@@ -310,20 +320,25 @@ class LiveCluster:
             _end_process(pid)
         (self.run_dir / f"{name}.pid").unlink(missing_ok=True)
 
-    def stop(self) -> None:
+    def stop(self, clean: bool = True) -> None:
         """Stop the writer, the bookies and ZooKeeper, whatever started them: all but ZooKeeper at once (a bookie's
-        clean shutdown takes a second or two, one after another in stop.sh), then ZooKeeper, which they leave."""
+        clean shutdown takes a second or two, one after another in stop.sh), then ZooKeeper, which they leave.
+        Not ``clean`` (the end of a test: nothing reads the cluster after), every process is killed at once."""
         # Bookies started again from here are this process's children: signalled with the others, then reaped (a
         # zombie would look alive to a signal, and stop.sh would wait on it); stop.sh then ends what is left.
         children = [bookie for bookie in self.bookies if bookie.started_here]
         for bookie in children:
-            bookie.ask_to_stop()
-        _end_processes(pid for name in ("writer", "autorecovery", *(b.name for b in self.bookies if b not in children))
-                       if (pid := self.kit_pid(name)) is not None)
+            bookie.ask_to_stop(kill=not clean)
+        if self._zookeeper is not None and not clean:
+            self._zookeeper.kill()
+        _end_processes((pid for name in ("writer", "autorecovery", *(b.name for b in self.bookies if b not in children),
+                                         *(() if clean else ("zk",)))
+                        if (pid := self.kit_pid(name)) is not None), kill=not clean)
         for bookie in children:
             bookie.stop()
         if self._zookeeper is not None and self._zookeeper.poll() is None:
             self._zookeeper.terminate()
+        if self._zookeeper is not None:
             self._zookeeper.wait(timeout=30)
             (self.run_dir / "zk.pid").unlink(missing_ok=True)
         if self.run_dir.is_dir():
@@ -618,4 +633,4 @@ def live_cluster(tmp_path):
     try:
         yield cluster
     finally:
-        cluster.stop()
+        cluster.stop(clean=False)

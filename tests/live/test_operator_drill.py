@@ -39,7 +39,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
 from json_schemas import assert_valid
 from live.faults_live import NothingToDamage, inject_all
-from livebk import LIVE_SETTLE_SECONDS, LiveCluster
+from livebk import LIVE_SETTLE_SECONDS, LiveBookie, LiveCluster, side_by_side
 from scanner.envelope import envelope
 from scanner.metadata.uri import open_metadata
 from scanner.repair.marks import lock_path, mark_path
@@ -190,8 +190,7 @@ def test_health_status_metrics_marks_and_alerts_tell_the_same_story_at_every_sta
                 other, _ = _inject(cluster, b2, store, avoid={ledger})
             for held in (ledger, other):  # as a repairer working on them would
                 zk.create(lock_path("/ledgers", held), b"drill", ephemeral=True, makepath=True)
-            b1.start()
-            b2.start()
+            side_by_side(LiveBookie.start, (b1, b2))
             # A lost bookie's ledgers are not re-replicated during the drill (bookie4 is stopped twice).
             cluster.start_autorecovery("lostBookieRecoveryDelay=1800")
             agent1, agent2 = agents["bookie1"], agents["bookie2"]

@@ -16,7 +16,7 @@ import tempfile
 import time
 
 from json_schemas import assert_valid
-from livebk import LiveCluster
+from livebk import LiveBookie, LiveCluster, side_by_side
 from scanner.cli import main
 from scanner.metadata.uri import open_metadata
 from scanner.storage.bookie import open_bookie
@@ -78,12 +78,13 @@ def test_repair_moves_a_rotten_copy_away_and_leaves_the_writers_bad_bytes_alone(
         index = a.segments[0][1].index(bookie2.bookie_id)
         rot = next(e for e in range(5, a.last_entry_id) if (index - e) % 3 < a.write_quorum)
         digest = DigestVerifier(a.digest_type, a.password).digest_length
-        for bookie in map(cluster.bookie, b.segments[0][1]):  # bookie2 among them
-            bookie.stop()
+        holders = [cluster.bookie(bookie_id) for bookie_id in b.segments[0][1]]  # bookie2 among them
+        side_by_side(LiveBookie.stop, holders)
+        for bookie in holders:
             if bookie is bookie2:
                 flip_payload(bookie, a.ledger_id, rot, digest)
             flip_payload(bookie, b.ledger_id, 4, DigestVerifier(b.digest_type, b.password).digest_length)
-            bookie.start()
+        side_by_side(LiveBookie.start, holders)
         before = {m.ledger_id: m.segments for m in (a, b)}
 
         state = tmp_path / "state"
