@@ -50,19 +50,23 @@ if _CLIENT_COMPILER_ONLY not in _java_options:  # set already where pytest-xdist
 
 _chroot_numbers = itertools.count(1)
 _SLOW_KINDS = ("live", "spark", "install")  # a cluster, a JVM or a fresh venv: seconds before the first assert
+# Modules whose tests share what a module-scoped fixture makes in many seconds (a standalone Spark cluster, a wheel, a
+# venv): under xdist each runs on one worker, which makes it once, not once a worker.
+_ONE_WORKER_MODULES = {"test_audit_cluster.py": "spark_cluster", "test_wheel_install.py": "wheel_install",
+                       "test_install_without_audit.py": "install_without_audit"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups to schedule by
 def pytest_collection_modifyitems(items):
     """Every test under tests/live/ is live; every live, spark and install test is slow too, so ``-m "not slow"``
-    is the fast tier. Under xdist, the tests of the standalone Spark cluster run in turn on one worker."""
+    is the fast tier. Under xdist, the tests of each of ``_ONE_WORKER_MODULES`` run in turn on one worker."""
     for item in items:
         if "live" in item.path.parent.relative_to(item.config.rootpath).parts:
             item.add_marker(pytest.mark.live)
         if any(item.get_closest_marker(kind) for kind in _SLOW_KINDS):
             item.add_marker(pytest.mark.slow)
-        if item.path.name == "test_audit_cluster.py":
-            item.add_marker(pytest.mark.xdist_group("spark_cluster"))
+        if item.path.name in _ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(_ONE_WORKER_MODULES[item.path.name]))
 
 
 @pytest.fixture(scope="session")

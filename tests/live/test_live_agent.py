@@ -124,7 +124,9 @@ def test_agents_beside_a_live_cluster_find_every_injected_fault_and_nothing_else
                                tmp_path / f"agent-{b.name}.err") for b in cluster.bookies]
         try:
             for agent in agents:
-                agent.start().wait_ready()
+                agent.start()
+            for agent in agents:
+                agent.wait_ready()
             cluster.fill(30, seed=1)
             # The newest of them may be in the journal only (an .idx bookie checkpoints when its entry log
             # rotates): a few more rotate logs past them, so they are all flushed and can be damaged.

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -129,11 +130,14 @@ def _observe(tmp_path: Path, stage: str, agent: AgentProcess, config: Path, ledg
     http, health = agent.answer("GET", "/health")
     assert_valid(envelope("agent_status", health))
     state = health["state"]
-    shown = cli(config, "status")
+    with ThreadPoolExecutor(2) as commands:  # two commands of a second or so each, asked at the same moment
+        status = commands.submit(cli, config, "status")
+        marks_listed = commands.submit(subprocess.run, [sys.executable, "-c", MAIN, "marks", "--config", str(config),
+                                                        "--format", "json"],
+                                       cwd=REPO, capture_output=True, text=True, timeout=60)
+        shown, listed = status.result(), marks_listed.result()
     headline = shown.stdout.splitlines()[0]
     metrics = agent.metrics()
-    listed = subprocess.run([sys.executable, "-c", MAIN, "marks", "--config", str(config), "--format", "json"],
-                            cwd=REPO, capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     marks = json.loads(listed.stdout)
     assert_valid(marks)
@@ -177,7 +181,9 @@ def test_health_status_metrics_marks_and_alerts_tell_the_same_story_at_every_sta
         rows = []
         try:
             for agent in agents.values():
-                agent.start().wait_ready(timeout=60)
+                agent.start()
+            for agent in agents.values():
+                agent.wait_ready(timeout=60)
             cluster.fill(FILL_LEDGERS, seed=1)
             cluster.fill(ROTATE_LEDGERS, seed=3, deletes="all")  # rotates the logs past them: flushed, damageable
             # Read-only before the damage: the agents scan every few seconds, and one that found the damage

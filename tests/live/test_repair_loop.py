@@ -33,7 +33,7 @@ import pytest
 
 from json_schemas import assert_valid
 from live.faults_live import NothingToDamage, inject_all
-from livebk import LIVE_SETTLE_SECONDS, LiveCluster
+from livebk import LIVE_SETTLE_SECONDS, LiveBookie, LiveCluster, side_by_side
 from scanner.envelope import envelope
 from scanner.metadata.uri import open_metadata
 from test_agent_service import AgentProcess, book_entries, book_history
@@ -186,7 +186,9 @@ def test_every_injected_fault_ends_with_every_copy_good_without_a_human(tmp_path
                   for b in cluster.bookies}
         try:
             for agent in agents.values():
-                agent.start().wait_ready(timeout=60)
+                agent.start()
+            for agent in agents.values():
+                agent.wait_ready(timeout=60)
             # Ledgers side by side in the logs (so deleting one gets a log compacted), enough left to damage after
             # the deletes; a few more rotate the logs past them: all are flushed then, also on the .idx bookie,
             # which checkpoints only when a log rotates.
@@ -223,8 +225,7 @@ def test_every_injected_fault_ends_with_every_copy_good_without_a_human(tmp_path
         # Auditor is stopped first: it would take a restarting bookie for a lost one and move its fragments.)
         cluster.stop_autorecovery()
         autorecovery_log = cluster.autorecovery_log
-        for bookie in cluster.bookies[:2]:
-            bookie.restart()
+        side_by_side(LiveBookie.restart, cluster.bookies[:2])
         good, bad = _all_good(cluster.read_every_copy(sorted(damaged)), damaged)
         assert good == damaged, f"after restarts: {bad[:10]}"
         compacted, deleted = _compact_damaged_logs(cluster, injected, damaged)

@@ -26,7 +26,7 @@ from kazoo.client import KazooClient
 
 from live.test_repair_command import _two_flushed_ledgers, flip_payload
 from live.test_repair_loop import _agent_config
-from livebk import LiveCluster
+from livebk import LiveBookie, LiveCluster, side_by_side
 from scanner.cli import main
 from scanner.metadata.ledger import LedgerMetadata
 from scanner.metadata.uri import open_metadata
@@ -75,8 +75,7 @@ def _ledger_in_two_fragments_on_bookie2(cluster) -> LedgerMetadata:
     """A closed ledger with two fragments naming the five-bookie kit's bookie2: written by BookKeeper's client on
     bookies 2-4, bookie3 stopped halfway and bookie5 taking its place."""
     first, second, third, fourth, fifth = cluster.bookies
-    first.stop()
-    fifth.stop()
+    side_by_side(LiveBookie.stop, (first, fifth))
     ledger_id = cluster.split_ledger(leaving=third, joining=fifth)
     first.start()
     with open_metadata(cluster.metadata_uri) as store:
