@@ -49,11 +49,18 @@ class NotifySocket:
 
     def ticks(self) -> list[tuple[float, bool]]:
         """The agent's watchdog ticks so far, each (when, whether it pinged): every tick sends STATUS=..., after
-        WATCHDOG=1 when it pings."""
+        WATCHDOG=1 when it pings. The READY=1 the agent sends once, from another thread, can come in between (its
+        first tick runs as it starts serving)."""
         with self._arrived:
             received = list(self.received)
-        return [(at, k > 0 and received[k - 1][1] == b"WATCHDOG=1")
-                for k, (at, message) in enumerate(received) if message.startswith(b"STATUS=")]
+        ticks, pinged = [], False
+        for at, message in received:
+            if message == b"WATCHDOG=1":
+                pinged = True
+            elif message.startswith(b"STATUS="):
+                ticks.append((at, pinged))
+                pinged = False
+        return ticks
 
     def wait_for_ticks(self, count: int, after: int, timeout: float = 30) -> list[tuple[float, bool]]:
         """The ``count`` ticks after the first ``after``, waited for as they arrive."""
