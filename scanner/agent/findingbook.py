@@ -289,8 +289,9 @@ class FindingBook:
         """End the findings ``condition`` selects, but those whose key is in ``keep`` or ledger in ``spared``."""
         rows = self._db.execute(f"SELECT key, {_COLUMNS} FROM findings WHERE {condition}", parameters).fetchall()
         now = self._clock()
-        ended = [dataclasses.replace(_entry(row[1:]), ended=now, why=why) for row in rows
-                 if row[0] not in keep and row[3] not in spared]
+        entries = (_entry(row[1:]) for row in rows if row[0] not in keep)
+        ended = [dataclasses.replace(entry, ended=now, why=why) for entry in entries
+                 if entry.key.ledger_id not in spared]
         self._db.executemany("DELETE FROM findings WHERE key = ?", [(e.key.text(),) for e in ended])
         return ended
 

@@ -32,6 +32,7 @@ from scanner.checks.findings import Category, Finding
 from scanner.metadata.store import MetadataUnavailable
 from scanner.scan.full_pass import BookiePass
 from scanner.scan.log_walks import Stopped
+from scanner.scan.settling import SETTLE_SECONDS
 from scanner.scan.targeted import LedgerScanner
 from scanner.storage.bookie import BookieStorage, EntryLogFile, file_size, open_bookie
 from scanner.storage.layout import BookieLayout
@@ -64,7 +65,7 @@ class WorkerSettings:
     spread_evenly: bool = False  # pace a pass over the whole period instead of reading at the cap
     period_jitter: float = 0.0
     start_jitter_seconds: float = 0.0
-    settle_seconds: float | None = None  # None: the scan's default
+    settle_seconds: float = SETTLE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ from scanner.checks.findings import Category, Finding
 from scanner.checks.ledger_check import RecordFault, judge_ledger, judge_record_faults
 from scanner.metadata.store import LedgerRead
 from scanner.scan.index_step import METADATA_BATCH
-from scanner.scan.targeted import LedgerScanner
 from scanner.scan.settling import settles_at
+from scanner.scan.targeted import LedgerScanner
 from scanner.storage.bookie import BookieStorage
 from scanner.storage.dbstorage import DbIndexError
 from scanner.storage.entrylog import EntryLogError, MissingEntryLog

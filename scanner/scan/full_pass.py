@@ -57,7 +57,7 @@ class BookiePass(IndexStep, LogWalks, Confirmation):
 
     def __init__(self, storage: BookieStorage, store, bookie_id: str, scratch: Path | None,
                  reopen: Callable[[], BookieStorage], pacer: Pacer | None = None, dir_index: int | None = None,
-                 settle_seconds: float | None = None):
+                 settle_seconds: float = SETTLE_SECONDS):
         self.storage = storage
         self.store = store
         self.bookie_id = bookie_id
@@ -65,7 +65,7 @@ class BookiePass(IndexStep, LogWalks, Confirmation):
         self.reopen = reopen  # a fresh view of the bookie's index (a RocksDB view is a snapshot)
         self.pacer = pacer or Unpaced()
         self.dir_index = dir_index
-        self.settle_seconds = SETTLE_SECONDS if settle_seconds is None else settle_seconds
+        self.settle_seconds = settle_seconds
         self.dir_count = len(storage.layout.ledger_dirs)
         self.totals = ScanTotals()
         self.table = LedgerTable()

@@ -10,6 +10,7 @@ from scanner.report import ScanReport, storage_problems
 from scanner.scan.full_pass import BookiePass
 from scanner.scan.orphans import orphan_findings
 from scanner.scan.pacing import Pacer
+from scanner.scan.settling import SETTLE_SECONDS
 from scanner.scan.targeted import LedgerScanner
 from scanner.scan.totals import ScanTotals
 from scanner.storage.bookie import BookieStorage, file_size, open_bookie
@@ -27,12 +28,12 @@ class ParallelDirs:
 def scan_bookie(storage: BookieStorage, store, bookie_id: str, storage_kind: str,
                 ledgers: list[int] | None = None, entry_logs: list[int] | None = None,
                 pacer: Pacer | None = None, progress=None, scratch=None,
-                parallel: ParallelDirs | None = None, settle_seconds: float | None = None) -> ScanReport:
+                parallel: ParallelDirs | None = None, settle_seconds: float = SETTLE_SECONDS) -> ScanReport:
     """A whole on-demand scan: a full pass, or only the ledgers (through their index) or entry logs asked for.
 
     With ``parallel`` and several ledger dirs, the full pass runs one process per dir (``parallel.jobs``
     at once), each opening the metadata at ``parallel.metadata_uri`` itself. ``settle_seconds``: how long after
-    its metadata changed a ledger is judged (None: the pass's default).
+    its metadata changed a ledger is judged.
     """
     if ledgers is None and entry_logs is None:
         dirs = len(storage.layout.ledger_dirs)
