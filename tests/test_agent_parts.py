@@ -49,6 +49,7 @@ def test_the_documented_config_loads_with_every_default(tmp_path):
     assert config.rereplicate is True and config.copy_bytes_per_second == 20_000_000  # moves, once marking is on
     assert config.blast_radius == BlastRadius()  # the file documents the defaults the code has
     assert config.retry_seconds == 30  # a failed move is tried again after 30 s, 60 s, ...: escalated after 90 s
+    assert config.misconfigured_exit_seconds == 30
 
 
 def test_the_blast_radius_and_the_retries_are_configured_in_repair(tmp_path):
@@ -71,6 +72,8 @@ def test_the_blast_radius_and_the_retries_are_configured_in_repair(tmp_path):
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nspeed = 3\n", "'speed'"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\npace = 'fast'\n", "pace"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\nsettle_seconds = -1\n", "settle_seconds"),
+    ("[bookie]\nconf = 'c'\n[metadata]\nmisconfigured_exit_seconds = 'soon'\n[agent]\nstate_dir = 's'\n",
+     "misconfigured_exit_seconds"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nretry_seconds = 0.5\n", "retry_seconds"),
     ("[bookie]\nconf = 'c'\n[agent]\nstate_dir = 's'\n[repair]\nretry_seconds = 601\n", "retry_seconds"),
     ("[bookie\n", "not valid TOML"),

@@ -55,6 +55,7 @@ class AgentConfig:
     bookie_id: str | None
     log_files: tuple[Path, ...]
     metadata_uri: str | None
+    misconfigured_exit_seconds: float  # a metadata service answering without the ledgers root this long: exit 2
     state_dir: Path
     listen_host: str
     listen_port: int
@@ -87,7 +88,7 @@ class AgentConfig:
 
 _KNOWN = {
     "bookie": {"conf", "conf_from_env", "home", "ledger_dirs", "bookie_id", "log_files"},
-    "metadata": {"uri"},
+    "metadata": {"uri", "misconfigured_exit_seconds"},
     "agent": {"state_dir", "listen", "checkpoint_seconds", "period_days", "period_jitter", "start_jitter_minutes",
               "stall_minutes", "pace", "suspect_window_minutes", "suspect_limit", "settle_seconds"},
     "throttle": {"bytes_per_second", "entries_per_second", "window_hours", "window_days", "outside_rate",
@@ -217,6 +218,7 @@ def load_config(path: Path, environ: Mapping[str, str] = os.environ) -> AgentCon
         bookie_id=bookie.text("bookie_id"),
         log_files=bookie.paths("log_files") or (),
         metadata_uri=metadata.text("uri"),
+        misconfigured_exit_seconds=metadata.number("misconfigured_exit_seconds", 30, high=86400),
         state_dir=agent.relative(Path(state_dir)),
         listen_host=host,
         listen_port=port,

@@ -56,8 +56,6 @@ CONNECT_TIMEOUT_SECONDS = 2.0  # one try at start: short, so SIGTERM is served w
 # A metadata service that never answered since the start is shown as a configuration error after this
 # (a wrong host or port looks so; so does ZooKeeper down): the agent keeps trying.
 UNREACHED_IS_CONFIG_ERROR_SECONDS = 60.0
-# A ZooKeeper that answers without the ledgers root (or refuses the credentials) this long: exit 2.
-MISCONFIGURED_GIVE_UP_SECONDS = 30.0
 STOP_JOIN_SECONDS = 30.0
 
 
@@ -157,7 +155,7 @@ class Agent:
         What keeps it from opening is shown on /health: ``waiting_for_metadata`` at first, a ``config_error``
         once the service answered without the ledgers root (or refused the credentials), or never answered
         for ``UNREACHED_IS_CONFIG_ERROR_SECONDS``. StartupError (exit 2) once the service answered so for
-        ``MISCONFIGURED_GIVE_UP_SECONDS``: a wrong root or password is not fixed by waiting.
+        ``[metadata] misconfigured_exit_seconds``: a wrong root or password is not fixed by waiting.
         """
         started = time.monotonic()
         misconfigured_since: float | None = None
@@ -171,9 +169,9 @@ class Agent:
                 now = time.monotonic()
                 misconfigured_since = misconfigured_since if misconfigured_since is not None else now
                 self.config_error = f"{exc}; check [metadata] uri (or the bookie conf's metadataServiceUri)"
-                if now - misconfigured_since >= MISCONFIGURED_GIVE_UP_SECONDS:
-                    raise StartupError(f"{self.config_error}: still so after {MISCONFIGURED_GIVE_UP_SECONDS:g}s, "
-                                       f"giving up") from None
+                give_up = self.config.misconfigured_exit_seconds
+                if now - misconfigured_since >= give_up:
+                    raise StartupError(f"{self.config_error}: still so after {give_up:g}s, giving up") from None
             except MetadataUnavailable as exc:
                 misconfigured_since = None
                 unreached = time.monotonic() - started
