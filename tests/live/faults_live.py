@@ -111,19 +111,37 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
     # an interleaved bookie's garbage collection at its next start (its scan of the log for the map dies on the
     # zeros, and the collector never runs again): seen once, and not what is under test here.
     whole_log_faults: set[int] = set()
+    walks: dict[int, list[tuple[int, int, int]]] = {}
+
+    def walked(log_id: int) -> list[tuple[int, int, int]]:
+        if log_id not in walks:
+            walks[log_id] = _walk(sealed[log_id], log_id)
+        return walks[log_id]
+
+    deleted: dict[int, bool] = {}
+
+    def only_damageable_or_deleted(log_id: int) -> bool:
+        # Every ledger with records in the log is a flushed closed one, or deleted (records of a deleted ledger
+        # stay until the bookie's garbage collection, its index entries too: damage to them is no one's).
+        for ledger_id in {ledger for _, _, ledger in walked(log_id)} - metas.keys():
+            if ledger_id not in deleted:
+                deleted[ledger_id] = store.ledger(ledger_id) is None
+            if not deleted[ledger_id]:
+                return False
+        return True
 
     def take_log(kind: str) -> tuple[int, list[_Record], int, list[_Record]]:
         # A sealed log whose ledgers no other fault has touched, what it holds in order, where to cut or
         # zero it, and the records that damages.
         for log_id in sorted(sealed, key=lambda i: -len(by_log.get(i, ()))):
             held = sorted(by_log.get(log_id, ()), key=lambda r: r.pos)
-            if len(held) < 8 or not bytes_in_log[log_id].keys() <= metas.keys() or log_id in whole_log_faults:
+            if len(held) < 8 or log_id in whole_log_faults or not only_damageable_or_deleted(log_id):
                 continue
             if kind == "truncated":
                 cut = held[-1].pos - 4 + 10  # inside the last record's header: it and the ledgers map are gone
                 at, hit = cut, [r for r in held if r.pos + 16 > cut]
             else:
-                page = _page_to_zero(held, metas)
+                page = _page_to_zero(held, walked(log_id), metas)
                 if page is None:
                     continue
                 at, hit = page
@@ -197,26 +215,35 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
     return result
 
 
-def _page_to_zero(held: list[_Record], metas: dict) -> tuple[int, list[_Record]] | None:
-    """A page near the middle of a log whose records all have digests (a DUMMY ledger's zeroed payload
-    is invisible to every reader), and the records it touches (a record runs to the next one's length).
+def _page_to_zero(held: list[_Record], walked: list[tuple[int, int, int]],
+                  metas: dict) -> tuple[int, list[_Record]] | None:
+    """A page near the middle of a log that damages only records with digests (a DUMMY ledger's zeroed payload
+    is invisible to every reader), and the indexed records of ``held`` it damages. ``walked``: where every record
+    of the log begins and ends (its length's 4 bytes to its last byte), and its ledger, indexed or not (a deleted
+    ledger's, an earlier copy of an entry).
 
     Never the first page: it holds the log's header, and a log whose header is zeroed loses every record at
     the bookie's next garbage collection (it finds no ledgers map, its scan of the log finds no ledger, and it
     deletes the log "as it has no active ledgers"), the records of ledgers no fault touched with it. Seen here
     (the agent found and moved every such ledger); a fault of its own, not this one.
     """
-    spans = [(r.pos - 4, nxt.pos - 4, r) for r, nxt in zip(held, held[1:])]
+    indexed = {r.pos - 4: r for r in held}
     pages = []
-    for _, _, record in spans:
-        start = (record.pos - 4) // PAGE * PAGE
-        if start == 0:
+    for lo, _, _ in walked:
+        start = lo // PAGE * PAGE
+        if start == 0 or lo not in indexed:
             continue
-        hit = [r for lo, hi, r in spans if lo < start + PAGE and hi > start]
+        hit = [indexed[lo2] for lo2, hi2, _ in walked if lo2 < start + PAGE and hi2 > start and lo2 in indexed]
         if all(metas[r.ledger_id].digest_type.name != "DUMMY" for r in hit):
-            pages.append((len({r.ledger_id for r in hit}), abs(start - spans[len(spans) // 2][0]), start, hit))
+            pages.append((len({r.ledger_id for r in hit}), abs(start - walked[len(walked) // 2][0]), start, hit))
     # The page damaging fewest ledgers, nearest the middle of the log.
     return min(pages, key=lambda p: p[:2])[2:] if pages else None
+
+
+def _walk(path: Path, log_id: int) -> list[tuple[int, int, int]]:
+    """(start, end, ledger) of every record of an entry log, in order: from its length's 4 bytes to its last byte."""
+    with EntryLog(path, log_id) as entry_log:
+        return [(r.pos - 4, r.pos + len(r.entry), r.ledger_id) for r in entry_log.records()]
 
 
 def _bytes_by_ledger(located: dict[int, list[tuple[int, int]]], paths: dict[int, Path]) -> dict[int, dict[int, int]]:
