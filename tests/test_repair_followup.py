@@ -295,7 +295,9 @@ def test_failed_moves_are_escalated_after_three_tries(zk_client, cluster, tmp_pa
     assert follow.tracked[LEDGER].stage is Stage.ESCALATED
 
 
-def test_another_repairers_lock_leaves_the_ledger_pending(zk_client, zookeeper, cluster, tmp_path):
+@pytest.mark.parametrize("retry_seconds, asked_again_after", [(30, 10), (3, 3)])
+def test_another_repairers_lock_leaves_the_ledger_pending(zk_client, zookeeper, cluster, tmp_path, retry_seconds,
+                                                         asked_again_after):
     from kazoo.client import KazooClient
 
     from scanner.repair.ledger_lock import LedgerLock
@@ -303,15 +305,16 @@ def test_another_repairers_lock_leaves_the_ledger_pending(zk_client, zookeeper, 
 
     chroot, store = cluster
     clock = Clock()
-    follow, _ = moving_follow_up(zk_client, store, chroot, tmp_path, clock)
+    follow, _ = moving_follow_up(zk_client, store, chroot, tmp_path, clock, first_retry_seconds=retry_seconds)
     follow.file(plan_repairs(corrupt_at_8(LEDGER), {LEDGER: store.ledger(LEDGER)}, follow.bookie_id))
     worker = KazooClient(hosts=zookeeper.connect_string)
     worker.start()
     try:
         LedgerLock(worker, f"{chroot}/ledgers", LEDGER, "replication-worker-1").acquire()
         assert follow.run_cycle(store, corrupt_at_8).pending == [LEDGER]
+        clock.now += asked_again_after - 0.5
         assert follow.run_cycle(store, corrupt_at_8).pending == []  # asked again only after a while
-        clock.now += 11
+        clock.now += 1
         assert follow.run_cycle(store, corrupt_at_8).pending == [LEDGER]
         busy = [e for e in follow.tracked[LEDGER].events if e.what == "busy"]
         assert len(busy) == 1 and "replication-worker-1" in busy[0].detail  # said once, not every cycle

@@ -6,7 +6,7 @@ from scanner.repair.move_outcome import Outcome
 
 FIRST_RETRY_SECONDS = 30.0  # a move that failed, or could not be made, is tried again after this ([repair] retry_seconds)
 RETRY_LIMIT_SECONDS = 600.0  # ... doubling each time, up to this
-BUSY_SECONDS = 10.0  # another repairer holds the ledger's lock: ask again after this
+BUSY_SECONDS = 10.0  # another repairer holds the ledger's lock: ask again after this (or retry_seconds, if shorter)
 ESCALATE_AFTER_FAILURES = 3  # moves failed or without a bookie to go to (a bookie down or restarting,
 # ZooKeeper trouble) before the operator is told: the third try comes 3 x FIRST_RETRY_SECONDS (90 s) after the first
 

@@ -81,7 +81,8 @@ class FollowUp:
 
     ``rereplicator`` moves damaged fragments to other bookies (None: leave repairs to the workers).
     ``repair_command`` is an argv template with ``{ledger}`` and ``{bookie}``, run at escalation.
-    ``first_retry_seconds``: how long after a failed move it is tried again (then doubling).
+    ``first_retry_seconds``: how long after a failed move it is tried again (then doubling); a move another
+    repairer's lock put off is asked again after as long, at most ``BUSY_SECONDS``.
     """
 
     def __init__(self, state_dir: Path, filer: MarkFiler, *, rereplicator: Rereplicator | None = None,
@@ -247,7 +248,8 @@ class FollowUp:
             return
         if attempt.outcome is Outcome.BUSY:
             report.pending.append(ledger_id)
-            self._update(record, now, "busy", attempt.detail, once=True, next_try_ms=now + int(BUSY_SECONDS * 1000))
+            busy_ms = int(min(BUSY_SECONDS, self.first_retry_seconds) * 1000)
+            self._update(record, now, "busy", attempt.detail, once=True, next_try_ms=now + busy_ms)
             return
         if attempt.outcome is Outcome.DEFERRED:
             report.waiting.append(ledger_id)

@@ -49,7 +49,8 @@ from test_agent_service import MAIN, REPO, AgentProcess, cli, wait_for
 RULES = REPO / "conf" / "prometheus-alerts.yml"
 FILL_LEDGERS = 30  # about half of them deleted as more are written
 ROTATE_LEDGERS = 8
-RETRY_SECONDS = 2  # the agents' [repair] retry_seconds: a failed move is tried again 2 s, then 4 s later
+RETRY_SECONDS = 2  # the agents' [repair] retry_seconds: a failed move is tried again 2 s, then 4 s later; one
+# another repairer's lock put off, 2 s later
 MARKS = "/ledgers/underreplication/ledgers"
 READ_ONLY = [make_acl("world", "anyone", read=True, admin=True)]  # admin: to open them again
 # What each alert says at each verdict (every other alert of these stays quiet).
@@ -236,9 +237,9 @@ def test_health_status_metrics_marks_and_alerts_tell_the_same_story_at_every_sta
             rows.append(_observe(tmp_path, "moved", agent1, configs["bookie1"], ledger))
             assert rows[-1]["state"] == "healthy" and rows[-1]["moved_total"] >= 1
 
-            passes = health["scanners"][0]["passes_completed"]
-            wait_for(has(agent1, lambda h: h["scanners"][0]["passes_completed"] > passes + 1), 120,
-                     "no pass ended after the move")
+            ended_at = ended["ended_ms"] / 1000  # a whole pass that began after L's follow-up ended
+            wait_for(has(agent1, lambda h: (s := h["scanners"][0])["pass_started"] > ended_at
+                         and s["phase"] == "waiting"), 120, "no pass ended after the move")
             rows.append(_observe(tmp_path, "ended", agent1, configs["bookie1"], ledger))
             assert rows[-1]["state"] == "healthy"
             scanned = subprocess.run([sys.executable, "-c", MAIN, "scan", "--bookie-conf", str(b1.conf),
@@ -260,12 +261,13 @@ def test_health_status_metrics_marks_and_alerts_tell_the_same_story_at_every_sta
             took = (escalated[0] - failed[0]) / 1000
             assert len(failed) >= 3 and escalated[0] - failed[2] < 1000, row["events"]  # at the third failure
             # Tries RETRY_SECONDS and twice that apart, each made within a few seconds of when it is due (a
-            # cycle a second; a worker holding the lock at that moment puts a try off by 10 s).
+            # cycle a second; a worker holding the lock at that moment puts a try off by RETRY_SECONDS).
             for (first, then), due in zip(((failed[0], failed[1]), (failed[1], failed[2])),
                                           (RETRY_SECONDS, 2 * RETRY_SECONDS)):
                 busy = sum(e["what"] == "busy" for e in row["events"] if first < e["at_ms"] < then)
                 gap = (then - first) / 1000
-                assert due - 0.5 <= gap <= due + 3.5 + 10 * busy, f"tried again {gap:.1f}s after, {due}s due: {row}"
+                assert due - 0.5 <= gap <= due + 3.5 + RETRY_SECONDS * busy, \
+                    f"tried again {gap:.1f}s after, {due}s due: {row}"
             rows.append(_observe(tmp_path, "escalated", agent2, configs["bookie2"], other))
             assert rows[-1]["state"] == "escalated"
         finally:
