@@ -285,10 +285,10 @@ def test_fifty_kill_minus_nines_lose_no_progress_no_suspect_and_file_no_mark_twi
     chroot = zk_load_dump(sample.dump)
     bookie_dir = sample.root / "bookie"
     before = snapshot(bookie_dir)
-    # Slow enough that a pass spans several lives of the agent: ~0.15 s of index (read again after every
-    # restart), ~0.75 s of entry logs.
+    # Slow enough that a pass spans several lives of the agent: ~0.1 s of index (read again after every
+    # restart), ~0.5 s of entry logs.
     config = write_config(tmp_path, sample, f"zk://{zookeeper.connect_string}{chroot}/ledgers", mark=True,
-                          period_days=3 / 86400, bytes_per_second=70000, entries_per_second=2000)
+                          period_days=2 / 86400, bytes_per_second=105000, entries_per_second=3000)
     state_dir = tmp_path / "state"
     cursor_file = state_dir / "cursor-0.json"
     agent = AgentProcess(config, state_dir, tmp_path / "agent.err")
@@ -298,7 +298,7 @@ def test_fifty_kill_minus_nines_lose_no_progress_no_suspect_and_file_no_mark_twi
     positions = []
     for life in range(50):
         agent.start()
-        lifetime = rng.uniform(0.3, 0.9)
+        lifetime = rng.uniform(0.2, 0.6)
         if life >= len(suspects):
             # Counted from when the agent serves: on a busy machine its start alone can outlast a life, and
             # fifty lives of starting only never finish a pass. The first lives (the suspects') also die starting.
