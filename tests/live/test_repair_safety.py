@@ -102,7 +102,7 @@ def test_a_bookie_killed_while_its_agent_repairs_loses_no_mark_and_ends_re_repli
         with open_metadata(cluster.metadata_uri) as store:
             on_bookie2 = {m.ledger_id for m in filter(None, map(store.ledger, store.ledger_ids()))
                           if any(bookie2.bookie_id in f.bookies for f in m.fragments())}
-        cluster.start_autorecovery("lostBookieRecoveryDelay=20")
+        cluster.start_autorecovery("lostBookieRecoveryDelay=8")
         agent = AgentProcess(_agent_config(tmp_path, bookie2, cluster.metadata_uri), tmp_path / "state-bookie2",
                              tmp_path / "agent.log").start()
         client = KazooClient(hosts=cluster.zk_connect_string)
