@@ -52,7 +52,7 @@ def _agent_config(tmp_path: Path, bookie, metadata_uri: str) -> Path:
     path.write_text(f'[bookie]\nconf = "{bookie.conf}"\nlog_files = ["{bookie.log}"]\n'
                     f'[metadata]\nuri = "{metadata_uri}"\n'
                     f'[agent]\nstate_dir = "{state}"\nlisten = "127.0.0.1:0"\ncheckpoint_seconds = 1\n'
-                    f'period_days = {10 / 86400}\nstart_jitter_minutes = 0\nsettle_seconds = {LIVE_SETTLE_SECONDS}\n'
+                    f'period_days = {5 / 86400}\nstart_jitter_minutes = 0\nsettle_seconds = {LIVE_SETTLE_SECONDS}\n'
                     f'[throttle]\nbytes_per_second = 100000000\ndisk_backoff = false\n'
                     f'[repair]\nmark = true\ncopy_bytes_per_second = 0\n')
     return path
