@@ -3,8 +3,8 @@
 ``LiveCluster(run_dir)`` is a context manager around the kit's ``start.sh`` / ``writer.sh`` /
 ``stop.sh``: ZooKeeper and three bookies on 127.0.0.1 with free ports (bound to port 0 and read
 back), everything under ``run_dir``. Leaving the ``with`` block stops everything it started, also
-when the block raised, also bookies a test restarted. ``live_cluster`` is a per-test pytest fixture
-over it (import it into a test module, or a conftest, to use it).
+when the block raised, also bookies a test restarted; a block that did not raise also removes the
+bookies' data (their logs and confs stay for the test to read).
 
     with LiveCluster(tmp_path / "bk") as cluster:
         cluster.write(seconds=10)             # the kit's real client: ledgers of every digest type
@@ -28,12 +28,11 @@ import socket
 import subprocess
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 
 LIVEBK = Path(__file__).resolve().parents[2] / "shared" / "livebk"
 LEDGER_PASSWORD = b"livebk"
@@ -270,8 +269,11 @@ class LiveCluster:
         self.start()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, exc_type, *exc_info) -> None:
         self.stop(clean=False)
+        if exc_type is None:  # the bookies' data (a few hundred MB a cluster) goes; their logs and confs stay
+            for bookie in self.bookies:
+                shutil.rmtree(bookie.home, ignore_errors=True)
 
     def start(self, timeout: float = 180.0) -> None:
         if shutil.which("java") is None:
@@ -619,18 +621,3 @@ class ClientView:
 _READER_SOURCE = Path(__file__).resolve().parent / "live" / "ReadEveryCopy.java"
 _FILL_SOURCE = _READER_SOURCE.with_name("LedgerFill.java")
 _SPLITTER_SOURCE = _READER_SOURCE.with_name("SplitLedger.java")
-
-
-@pytest.fixture
-def live_cluster(tmp_path):
-    """A started LiveCluster under the test's tmp dir; stopped after the test whatever happened."""
-    cluster = LiveCluster(tmp_path / "livebk")
-    try:
-        cluster.start()
-    except LiveClusterError as exc:
-        cluster.stop()
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop(clean=False)
