@@ -23,7 +23,7 @@ import os
 import struct
 import tempfile
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 from rocksdict import Options, Rdict
@@ -111,24 +111,19 @@ def inject_all(bookie, store, kinds=KINDS, avoid: set[int] | None = None) -> Inj
     # an interleaved bookie's garbage collection at its next start (its scan of the log for the map dies on the
     # zeros, and the collector never runs again): seen once, and not what is under test here.
     whole_log_faults: set[int] = set()
-    walks: dict[int, list[tuple[int, int, int]]] = {}
 
+    @cache
     def walked(log_id: int) -> list[tuple[int, int, int]]:
-        if log_id not in walks:
-            walks[log_id] = _walk(sealed[log_id], log_id)
-        return walks[log_id]
+        return _walk(sealed[log_id], log_id)
 
-    deleted: dict[int, bool] = {}
+    @cache
+    def deleted(ledger_id: int) -> bool:
+        return store.ledger(ledger_id) is None
 
     def only_damageable_or_deleted(log_id: int) -> bool:
         # Every ledger with records in the log is a flushed closed one, or deleted (records of a deleted ledger
         # stay until the bookie's garbage collection, its index entries too: damage to them is no one's).
-        for ledger_id in {ledger for _, _, ledger in walked(log_id)} - metas.keys():
-            if ledger_id not in deleted:
-                deleted[ledger_id] = store.ledger(ledger_id) is None
-            if not deleted[ledger_id]:
-                return False
-        return True
+        return all(deleted(ledger_id) for ledger_id in {ledger for _, _, ledger in walked(log_id)} - metas.keys())
 
     def take_log(kind: str) -> tuple[int, list[_Record], int, list[_Record]]:
         # A sealed log whose ledgers no other fault has touched, what it holds in order, where to cut or
